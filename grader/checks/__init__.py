@@ -1,0 +1,1 @@
+"""Grader-only reference checks, imported inside hidden tests (students never see these)."""

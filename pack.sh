@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The course pack's two entry points (see README.md):
+#   ./pack.sh run [smoke|cpu|gpu|full]   execute every solution notebook into build/
+#   ./pack.sh test [pytest args]         run the test suite
+# Both create the virtual environment .venv/ on first use (and refresh it when
+# requirements.txt or pyproject.toml change).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+VENV=.venv
+PY=${PYTHON:-python3}
+
+ensure_env() {
+    local stamp want
+    want=$(cat requirements.txt pyproject.toml | sha256sum | cut -c1-16)
+    stamp="$VENV/.pack-env-$want"
+    if [ -f "$stamp" ]; then return 0; fi
+    echo "== creating the environment in $VENV (first use: a few minutes) =="
+    [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    "$VENV/bin/python" -m pip install --quiet -r requirements.txt
+    "$VENV/bin/python" -m pip install --quiet --no-deps -e .
+    rm -f "$VENV"/.pack-env-* && touch "$stamp"
+}
+
+cmd=${1:-run}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+    run)
+        ensure_env
+        exec "$VENV/bin/python" -m utils.run_notebooks "$@"
+        ;;
+    test)
+        ensure_env
+        exec "$VENV/bin/python" -m pytest "$@"
+        ;;
+    env)
+        ensure_env
+        ;;
+    *)
+        echo "usage: ./pack.sh run [smoke|cpu|gpu|full] | ./pack.sh test [pytest args] | ./pack.sh env" >&2
+        exit 2
+        ;;
+esac
