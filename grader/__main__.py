@@ -1,32 +1,172 @@
 """Command line for TAs: ``python -m grader <verb>`` from the repository root.
 
 Verbs:
-  release    regenerate notebooks/ex01 (the student release) from solutions/ex01
+  release              regenerate notebooks/ex01 (the student release) from solutions/ex01
+  collect PATH         import submissions (zips named by student id, student folders, or
+                       <student>__<notebook>.ipynb files) into grading/submitted/
+  autograde            grade everyone (or --student ID), --workers N in parallel, each notebook in
+                       a sandboxed kernel with a per-cell timeout and a memory cap
+  export               grading/grades.csv: one row per student with status and reason
+  feedback             grading/feedback/<student>/ex01/*.html, hidden tests removed
+  mutants              run the plausible wrong answers in grader/mutants/ through the autograde
+                       and report the kill rate per notebook
+
+Statuses: graded | timed out | kernel died | unreadable | tampered (tests restored, graded on the
+originals). Every verb exits non-zero only when the run itself failed, never because a student did
+(mutants: also when a mutant survives, i.e. a hidden test is too weak).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
+from pathlib import Path
+
+
+def table(rows: list[list], headers: list[str], max_width: int = 90) -> str:
+    """A plain-text table; long cells are cut to ``max_width`` characters."""
+    cells = [[str(h) for h in headers]] + [[str(c) if len(str(c)) <= max_width else str(c)[: max_width - 3] + "..."
+                                            for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _course(args):
+    from .course import Course
+
+    kwargs = {}
+    if args.grading_dir:
+        kwargs["grading"] = Path(args.grading_dir)
+    if args.source:
+        kwargs["source"] = Path(args.source)
+    return Course(**kwargs)
+
+
+def _count(values) -> str:
+    counts = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+
+
+def cmd_release(args) -> int:
+    from .release import generate_release
+
+    dest = generate_release()
+    names = sorted(p.name for p in dest.glob("*.ipynb"))
+    print(table([[n, "ok"] for n in names], ["notebook", "hidden tests / solutions leaked"]))
+    print(f"released {len(names)} notebooks to {dest} (checked: no solution or hidden-test markers)")
+    return 0
+
+
+def cmd_collect(args) -> int:
+    from .collect import collect
+
+    course = _course(args)
+    results = collect(course, Path(args.path))
+    rows = [[r.student, len(r.notebooks), "UNREADABLE" if r.unreadable else "ok", "; ".join(r.problems) or "-"]
+            for r in results]
+    print(table(rows, ["student", "notebooks", "state", "problems"]))
+    print(f"collected {sum(not r.unreadable for r in results)} of {len(results)} submissions into "
+          f"{course.grading / 'submitted'}")
+    return 0
+
+
+def cmd_autograde(args) -> int:
+    from .autograde import Settings, autograde
+
+    course = _course(args)
+    settings = Settings(workers=args.workers, cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout,
+                        mem_gb=args.mem_gb, sandbox=args.sandbox)
+    if not course.students():
+        print(f"no submissions under {course.grading / 'submitted'}: run `python -m grader collect PATH` first",
+              file=sys.stderr)
+        return 1
+    started = time.monotonic()
+    statuses = autograde(course, args.student or None, settings)
+    rows = [[s, st["status"], f"{st['score']:g}/{st['max_score']:g}", st["reason"] or "-"]
+            for s, st in sorted(statuses.items())]
+    print(table(rows, ["student", "status", "autograded", "reason"]))
+    print(f"{len(statuses)} students in {time.monotonic() - started:.0f} s with {settings.workers} worker(s): "
+          f"{_count(st['status'] for st in statuses.values())}")
+    prot = next(iter(statuses.values()))["protections"] if statuses else {}
+    off = [k for k in ("network", "filesystem", "memory") if not prot.get(k)]
+    print("protections: " + ("all on (no network, isolated filesystem, memory cap)" if not off
+                             else "OFF: " + ", ".join(off) + " (see grader/sandbox.py; install bubblewrap)"))
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .feedback import export
+
+    course = _course(args)
+    out, rows = export(course, Path(args.to) if args.to else None)
+    print(table([[r["student_id"], r["status"], f"{r['score']:g}/{r['max_score']}", r["reason"] or "-"] for r in rows],
+                ["student", "status", "score", "reason"]))
+    print(f"wrote {len(rows)} rows to {out}: {_count(r['status'] for r in rows)}")
+    return 0
+
+
+def cmd_feedback(args) -> int:
+    from .feedback import feedback
+
+    course = _course(args)
+    done = feedback(course, args.student or None)
+    print(table([[s, ", ".join(nbs)] for s, nbs in sorted(done.items())], ["student", "feedback pages"]))
+    print(f"feedback for {len(done)} students in {course.grading / 'feedback'} (checked: no hidden test source)")
+    return 0
+
+
+def cmd_mutants(args) -> int:
+    from .mutants import notebooks_with_mutants, run
+
+    stems = args.notebook or notebooks_with_mutants()
+    started = time.monotonic()
+    reports = run(stems, workers=args.workers, cell_timeout=args.timeout)
+    rows = [[stem, r["total"], r["killed"], f"{100 * r['killed'] / max(1, r['total']):.0f} %",
+             f"{r['baseline']:g}/{r['baseline_max']:g}", "; ".join(r["survivors"] + r["problems"]) or "-"]
+            for stem, r in reports.items()]
+    print(table(rows, ["notebook", "mutants", "killed", "kill rate", "solution", "survivors / problems"]))
+    print(f"{time.monotonic() - started:.0f} s")
+    bad = any(r["survivors"] or r["problems"] or r["baseline"] < r["baseline_max"] for r in reports.values())
+    return 1 if bad else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--grading-dir", help="grading folder (default grading/ or $LAS_GRADING_DIR)")
+    parser.add_argument("--source", help=argparse.SUPPRESS)  # another nbgrader source folder (tests)
     sub = parser.add_subparsers(dest="verb", required=True)
     sub.add_parser("release", help="regenerate notebooks/ex01 from solutions/ex01")
+    p = sub.add_parser("collect", help="import submissions from a folder")
+    p.add_argument("path")
+    p = sub.add_parser("autograde", help="grade all (or some) students")
+    p.add_argument("--student", action="append", help="grade only this student (repeatable)")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--timeout", type=int, default=120, help="seconds per cell (default 120)")
+    p.add_argument("--notebook-timeout", type=int, default=900, help="hard limit per notebook (default 900 s)")
+    p.add_argument("--mem-gb", type=float, default=6.0, help="memory cap of each kernel (default 6 GB)")
+    p.add_argument("--sandbox", choices=["auto", "bwrap", "unshare", "none"], default="auto")
+    p = sub.add_parser("export", help="write the grades CSV")
+    p.add_argument("--to", help="CSV path (default grading/grades.csv)")
+    p = sub.add_parser("feedback", help="write feedback HTML")
+    p.add_argument("--student", action="append")
+    p = sub.add_parser("mutants", help="mutation-test the hidden tests")
+    p.add_argument("--notebook", action="append", help="only this notebook stem (repeatable)")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--timeout", type=int, default=120)
     args = parser.parse_args(argv)
-
-    if args.verb == "release":
-        from .release import generate_release
-
-        dest = generate_release()
-        names = sorted(p.name for p in dest.glob("*.ipynb"))
-        print(f"released {len(names)} notebooks to {dest}:")
-        for n in names:
-            print(f"  {n}")
-        return 0
-    return 2
+    handler = {"release": cmd_release, "collect": cmd_collect, "autograde": cmd_autograde, "export": cmd_export,
+               "feedback": cmd_feedback, "mutants": cmd_mutants}[args.verb]
+    try:
+        return handler(args)
+    except (RuntimeError, FileNotFoundError, ValueError) as exc:
+        print(f"python -m grader {args.verb}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -36,5 +36,9 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "build
 c.ExecutePreprocessor.timeout = 120
 c.ExecutePreprocessor.interrupt_on_timeout = True
 
+# A deleted test cell is put back and scored (nbgrader issue 1682); `python -m grader autograde`
+# passes the same option on its command line.
+c.OverwriteCells.add_missing_cells = True
+
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"

@@ -66,6 +66,8 @@ def _read_batches(folder: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
             raise DataUnavailableError(f"{path} is missing: the cifar-10-batches-py folder is incomplete")
         with open(path, "rb") as f:
             entry = pickle.load(f, encoding="latin1")
+        # The official pickles load with str keys; copies written by Python 3 tools have bytes keys.
+        entry = {k.decode() if isinstance(k, bytes) else k: v for k, v in entry.items()}
         xs.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
         ys.append(np.asarray(entry.get("labels", entry.get("fine_labels")), dtype=np.int64))
     return np.concatenate(xs), np.concatenate(ys)

@@ -137,3 +137,10 @@ def check_n_pair_loss(n_pair_loss, info_nce_loss) -> None:
         assert_close(got, expected, rtol=1e-5, atol=1e-5, name="N-pair loss")
         assert_close(got, info_nce_loss(torch.cat([pos[:, None], neg], dim=1)), rtol=1e-5, atol=1e-6,
                      name="N-pair loss must equal InfoNCE at temperature 1")
+    # negatives scoring far above the positive: exp(s_k - s_0) overflows float32 unless stabilised
+    pos = torch.tensor([-60.0, 0.0, 3.0])
+    neg = torch.tensor([[60.0, 0.0], [1.0, 2.0], [-40.0, 50.0]])
+    got = n_pair_loss(pos, neg)
+    assert_tensor(got, shape=(), dtype=torch.float32, name="n_pair_loss(large scores)")
+    expected = sum(math.log1p(sum(math.exp(n - p) for n in nr)) for p, nr in zip(pos.tolist(), neg.tolist())) / 3
+    assert_close(got, expected, rtol=1e-5, atol=1e-4, name="N-pair loss with large score gaps (use log-sum-exp)")

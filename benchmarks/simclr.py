@@ -1,0 +1,300 @@
+"""Task A benchmark: how fast is the pack's SimCLR pipeline, and what do the presets reach?
+
+    python benchmarks/simclr.py                         # augmentation + training throughput (a minute)
+    python benchmarks/simclr.py --cifar DIR --cpu-preset    # + the cpu preset end to end (<= 15 min)
+    python benchmarks/simclr.py --cifar DIR --gpu-preset    # + time to 85 % linear probe (CUDA only)
+
+Writes build/bench/simclr.json. Everything is measured side by side in one run, on the same CPU
+and thread count:
+
+* augmented views per second of the notebook's batched ``augment_batch`` (model solution) against
+  the standard per-image torchvision pipeline on PIL images (RandomResizedCrop, flip, colour
+  jitter with p = 0.8, grayscale), both in one process and through a DataLoader with as many
+  workers as threads;
+* SimCLR training images per second (``simclr_train_step``) for the cpu preset's encoder, and on
+  a GPU for ResNet-18 with bf16 autocast and channels-last;
+* with ``--cpu-preset``: the cpu preset notebook executed end to end (papermill) on real CIFAR-10
+  from ``--cifar`` (a folder holding cifar-10-batches-py), its wall time and the linear-probe
+  accuracies of SimCLR and of the same encoder with random weights;
+* with ``--gpu-preset`` on CUDA: the gpu preset's training time until the linear probe first
+  reaches 85 % (probe time excluded), probing every few epochs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from grader.checks.taskA_simclr import solution_namespace  # noqa: E402
+from utils import vision  # noqa: E402
+from utils.data import load_cifar10, synthetic_cifar_like  # noqa: E402
+from utils.paths import build_dir  # noqa: E402
+
+
+def _images(cifar: str | None, n: int) -> tuple[torch.Tensor, str]:
+    if cifar:
+        split = load_cifar10("train", root=cifar, download=False, limit=n)
+        return split.images, split.source
+    data = synthetic_cifar_like(n)
+    return data.images, data.source
+
+
+# ---------------------------------------------------------------------------------- augmentation
+def _baseline_transform():
+    from torchvision import transforms as T
+
+    return T.Compose([
+        T.RandomResizedCrop(32, scale=(0.2, 1.0)),
+        T.RandomHorizontalFlip(),
+        T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8),
+        T.RandomGrayscale(p=0.2),
+        T.ToTensor(),
+    ])
+
+
+class _PilViews(torch.utils.data.Dataset):
+    def __init__(self, pil_images, transform):
+        self.pil_images, self.transform = pil_images, transform
+
+    def __len__(self):
+        return len(self.pil_images)
+
+    def __getitem__(self, i):
+        return self.transform(self.pil_images[i])
+
+
+def bench_augmentation(ns: dict, images: torch.Tensor, threads: int, seconds: float = 3.0) -> dict:
+    """Views/s of the batched pipeline vs the per-image torchvision pipeline (same images)."""
+    from PIL import Image
+
+    augment = ns["augment_batch"]
+    batch = images[:512].contiguous()
+    gen = torch.Generator().manual_seed(0)
+    augment(batch, gen)  # warm-up
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        augment(batch, gen)
+        n += len(batch)
+    batched = n / (time.perf_counter() - start)
+
+    pil = [Image.fromarray(img.permute(1, 2, 0).numpy()) for img in images[:2048]]
+    transform = _baseline_transform()
+    for img in pil[:64]:
+        transform(img)
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for img in pil[n % 1024:n % 1024 + 256]:
+            transform(img)
+        n += 256
+    per_image_one_process = n / (time.perf_counter() - start)
+
+    loader_rate = None
+    if threads > 1:
+        loader = torch.utils.data.DataLoader(_PilViews(pil, transform), batch_size=256, shuffle=True,
+                                             num_workers=threads, persistent_workers=True)
+        it = iter(loader)
+        next(it)  # start the workers
+        n, start = 0, time.perf_counter()
+        for _ in range(2):
+            for views in loader:
+                n += len(views)
+        loader_rate = n / (time.perf_counter() - start)
+        del it, loader
+    baseline = max(per_image_one_process, loader_rate or 0.0)
+    return {
+        "batch_size": len(batch),
+        "pack_batched_views_per_s": batched,
+        "baseline_per_image_views_per_s_one_process": per_image_one_process,
+        "baseline_dataloader_views_per_s": loader_rate,
+        "baseline_dataloader_workers": threads if threads > 1 else None,
+        "speedup_vs_best_baseline": batched / baseline,
+        "speedup_goal": 8.0,
+        "goal_met": batched / baseline >= 8.0,
+    }
+
+
+# -------------------------------------------------------------------------------------- training
+def bench_training(ns: dict, images: torch.Tensor, encoder_name: str, device: torch.device, *,
+                   batch_size: int, autocast_dtype=None, channels_last=False, steps: int = 6) -> dict:
+    torch.manual_seed(0)
+    encoder = vision.make_encoder(encoder_name, device=device, channels_last=channels_last)
+    head = ns["ProjectionHead"](encoder.feature_dim, 2 * encoder.feature_dim, 128).to(device)
+    opt = torch.optim.SGD([*encoder.parameters(), *head.parameters()], lr=0.1, momentum=0.9, weight_decay=5e-4)
+    gen = torch.Generator(device=device).manual_seed(0)
+    batch = images[:batch_size].to(device)
+    step = ns["simclr_train_step"]
+    for _ in range(2):  # warm-up (cuDNN autotuning, allocator)
+        step(encoder, head, opt, batch, augment=ns["augment_batch"], generator=gen, autocast_dtype=autocast_dtype)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss = step(encoder, head, opt, batch, augment=ns["augment_batch"], generator=gen, autocast_dtype=autocast_dtype)
+    float(loss)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    rate = steps * batch_size / (time.perf_counter() - start)
+    return {"encoder": encoder_name, "device": str(device), "batch_size": batch_size,
+            "autocast": str(autocast_dtype), "channels_last": channels_last,
+            "train_images_per_s": rate, "train_views_per_s": 2 * rate}
+
+
+# ---------------------------------------------------------------------------------- cpu preset run
+def run_cpu_preset(cifar: str, threads: int) -> dict:
+    """Execute the notebook in the cpu preset with a fresh build folder; read its results file."""
+    from utils.run_notebooks import execute_notebook
+
+    run_dir = build_dir() / "bench" / "simclr-cpu-run"
+    shutil.rmtree(run_dir, ignore_errors=True)  # no checkpoint may be resumed: time a full run
+    env_before = {k: os.environ.get(k) for k in ("LAS_BUILD_DIR", "CIFAR10_DIR", "OMP_NUM_THREADS")}
+    os.environ.update(LAS_BUILD_DIR=str(run_dir), CIFAR10_DIR=str(Path(cifar).resolve()), OMP_NUM_THREADS=str(threads))
+    start = time.perf_counter()
+    try:
+        execute_notebook(REPO / "solutions" / "ex01" / "taskA_simclr.ipynb", run_dir / "taskA_simclr.ipynb", "cpu")
+    finally:
+        for k, v in env_before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    wall = time.perf_counter() - start
+    results = json.loads((run_dir / "cache" / "simclr" / "results-cpu.json").read_text())
+    probe = results["linear_probe"]
+    return {
+        "wall_seconds_whole_notebook": wall,
+        "budget_seconds": 15 * 60,
+        "within_budget": wall <= 15 * 60,
+        "simclr_train_seconds": results["simclr_train_seconds"],
+        "data": results["data"] + " (CIFAR-10, JPEG-q75 copy when built from ../shared/data)",
+        "linear_probe_simclr": probe["SimCLR"],
+        "linear_probe_random_init": probe["random init"],
+        "linear_probe_supervised": probe["supervised"],
+        "margin_simclr_minus_random": probe["SimCLR"] - probe["random init"],
+        "knn": results["knn"],
+        "alignment_uniformity": results["alignment_uniformity"],
+        "ablation": results["ablation"],
+        "executed_notebook": str(run_dir / "taskA_simclr.ipynb"),
+    }
+
+
+# ------------------------------------------------------------------------------ gpu time to 85 %
+def time_to_accuracy(ns: dict, train: torch.Tensor, train_labels: torch.Tensor, test: torch.Tensor,
+                     test_labels: torch.Tensor, device: torch.device, *, encoder_name="resnet18", epochs=50,
+                     batch_size=512, lr=0.12, temperature=0.5, autocast_dtype=torch.bfloat16,
+                     channels_last=True, probe_every=5, probe_epochs=100, target=0.85) -> dict:
+    """Train SimCLR as the gpu preset does and probe every ``probe_every`` epochs; training time
+    (probing excluded) until the linear probe first reaches ``target``."""
+    torch.manual_seed(0)
+    encoder = vision.make_encoder(encoder_name, device=device, channels_last=channels_last)
+    head = ns["ProjectionHead"](encoder.feature_dim, 2 * encoder.feature_dim, 128).to(device)
+    opt = torch.optim.SGD([*encoder.parameters(), *head.parameters()], lr=lr, momentum=0.9, weight_decay=5e-4)
+    gen = torch.Generator(device=device).manual_seed(0)
+    train, test = train.to(device), test.to(device)
+
+    def step(batch, _labels):
+        return ns["simclr_train_step"](encoder, head, opt, batch, temperature=temperature, augment=ns["augment_batch"],
+                                       generator=gen, autocast_dtype=autocast_dtype)
+
+    curve = []
+
+    def probe():
+        f_train = vision.extract_features(encoder, train, autocast_dtype=autocast_dtype)
+        f_test = vision.extract_features(encoder, test, autocast_dtype=autocast_dtype)
+        acc = ns["linear_probe_accuracy"](f_train.to(device), train_labels.to(device), f_test.to(device),
+                                          test_labels.to(device), epochs=probe_epochs)
+        curve.append(acc)
+        return {"probe": acc}
+
+    history = vision.train_loop(step, {"encoder": encoder, "head": head}, opt, train, epochs=epochs,
+                                batch_size=batch_size, eval_fn=probe, eval_every=probe_every, desc="gpu preset")
+    elapsed = [sum(history["epoch_seconds"][:e["epoch"]]) for e in history["eval"]]
+    points = [{"epoch": e["epoch"], "train_seconds": t, "linear_probe": e["probe"]} for e, t in zip(history["eval"], elapsed)]
+    reached = next((p for p in points if p["linear_probe"] >= target), None)
+    return {"target": target, "curve": points, "train_seconds_total": sum(history["epoch_seconds"]),
+            "time_to_target_seconds": reached["train_seconds"] if reached else None,
+            "epochs_to_target": reached["epoch"] if reached else None}
+
+
+# ------------------------------------------------------------------------------------------- main
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
+                        help="torch threads (and DataLoader workers for the baseline); default 2, a student laptop")
+    parser.add_argument("--cifar", default=os.environ.get("CIFAR10_DIR"), help="folder holding cifar-10-batches-py")
+    parser.add_argument("--cpu-preset", action="store_true", help="also run the cpu preset notebook end to end")
+    parser.add_argument("--gpu-preset", action="store_true", help="also measure the gpu preset's time to 85 %% (CUDA)")
+    parser.add_argument("--quick", action="store_true", help="shorter measurements (for the test suite)")
+    parser.add_argument("--out", default=str(build_dir() / "bench" / "simclr.json"))
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    ns = solution_namespace()
+    images, source = _images(args.cifar, 4096)
+    report = {
+        "benchmark": "simclr", "python": platform.python_version(), "torch": torch.__version__,
+        "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(), "threads": args.threads,
+        "images": source,
+        "note": "CPU numbers depend on what else runs on the machine; compare ratios measured in the same run.",
+        "load_average_at_start": os.getloadavg(),
+    }
+    print(f"threads={args.threads}, images: {source}")
+    report["augmentation"] = bench_augmentation(ns, images, args.threads, seconds=1.0 if args.quick else 3.0)
+    a = report["augmentation"]
+    print(f"augmentation: pack {a['pack_batched_views_per_s']:,.0f} views/s | per-image torchvision "
+          f"{a['baseline_per_image_views_per_s_one_process']:,.0f} views/s (one process), "
+          f"{a['baseline_dataloader_views_per_s'] or float('nan'):,.0f} views/s (DataLoader, {args.threads} workers) "
+          f"| speed-up {a['speedup_vs_best_baseline']:.1f}x (goal 8x)")
+    report["training_cpu"] = bench_training(ns, images, "small_cnn", torch.device("cpu"), batch_size=256,
+                                            steps=2 if args.quick else 6)
+    print(f"training (small_cnn, cpu, batch 256): {report['training_cpu']['train_images_per_s']:,.0f} images/s")
+    if torch.cuda.is_available():
+        torch.backends.cudnn.benchmark = True
+        report["training_gpu"] = bench_training(ns, images, "resnet18", torch.device("cuda"), batch_size=512,
+                                                autocast_dtype=torch.bfloat16, channels_last=True, steps=20)
+        report["gpu"] = torch.cuda.get_device_name()
+        print(f"training (resnet18, {report['gpu']}, bf16, channels-last, batch 512): "
+              f"{report['training_gpu']['train_images_per_s']:,.0f} images/s")
+    else:
+        report["training_gpu"] = "not measured: no CUDA device in this run"
+    if args.cpu_preset:
+        if not args.cifar:
+            parser.error("--cpu-preset needs --cifar DIR (or $CIFAR10_DIR): the cpu preset runs on real CIFAR-10")
+        print("running the cpu preset notebook end to end (at most 15 minutes on 2 cores) ...", flush=True)
+        report["cpu_preset"] = run_cpu_preset(args.cifar, args.threads)
+        c = report["cpu_preset"]
+        print(f"cpu preset: {c['wall_seconds_whole_notebook']:.0f} s for the whole notebook; linear probe SimCLR "
+              f"{100 * c['linear_probe_simclr']:.1f} % vs random init {100 * c['linear_probe_random_init']:.1f} % "
+              f"(supervised {100 * c['linear_probe_supervised']:.1f} %)")
+    if args.gpu_preset:
+        if not torch.cuda.is_available():
+            report["gpu_preset"] = "not measured: no CUDA device in this run"
+            print(report["gpu_preset"])
+        elif not args.cifar:
+            parser.error("--gpu-preset needs --cifar DIR (or $CIFAR10_DIR)")
+        else:
+            tr, te = load_cifar10("train", root=args.cifar, download=False), load_cifar10("test", root=args.cifar, download=False)
+            report["gpu_preset"] = time_to_accuracy(ns, tr.images, tr.labels, te.images, te.labels, torch.device("cuda"))
+            print(f"gpu preset: time to 85 % = {report['gpu_preset']['time_to_target_seconds']} s of training")
+    else:
+        report.setdefault("gpu_preset", "not measured (run with --gpu-preset on a CUDA machine)")
+    report["load_average_at_end"] = os.getloadavg()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

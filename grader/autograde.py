@@ -1,0 +1,369 @@
+"""Autograde submissions so that one bad notebook never stops the batch.
+
+Every (student, notebook) pair is one job: a scratch nbgrader course holding a snapshot of the
+gradebook and only that notebook (prepared by grader/submissions.py), graded by a separate
+``nbgrader autograde`` process whose kernel runs in the sandbox (grader/sandbox.py) with a
+per-cell timeout and a memory cap; the whole job also has a hard wall-clock limit. Jobs run
+``workers`` at a time; their scores are merged into the real gradebook one by one in this
+process, so workers never fight over the sqlite file and no student's code ever sees it.
+
+Each notebook ends with a status, and the student's status is the worst of them:
+``unreadable`` > ``kernel died`` > ``timed out`` > ``tampered`` > ``graded``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import ASSIGNMENT, ROOT
+from .course import COURSE_ID, Course, add_students, snapshot_db, sync_assignment
+from .kernel import INTEGRITY_MARKER
+from .sandbox import KERNEL_NAME, describe, protections, write_kernel_spec
+from .submissions import INTEGRITY_TAG, Unreadable, prepare, write
+
+STATUS_ORDER = ["unreadable", "kernel died", "timed out", "tampered", "graded"]
+
+
+@dataclass
+class Settings:
+    """Limits of one autograde run."""
+
+    cell_timeout: int = 120          # seconds per cell (nbgrader interrupts the cell, goes on)
+    notebook_timeout: int = 900      # hard wall limit per notebook job (kernel hung, interrupt ignored)
+    mem_gb: float = 6.0              # the kernel's memory cap
+    workers: int = 1
+    sandbox: str = "auto"            # auto | bwrap | unshare | none
+    max_output_lines: int = 1000
+
+    def mode(self) -> str:
+        if self.sandbox != "auto":
+            return self.sandbox
+        prot = protections()
+        return "bwrap" if prot["bwrap"] else "unshare" if prot["network"] else "none"
+
+    def protections(self) -> dict[str, bool]:
+        prot = dict(protections())
+        mode = self.mode()
+        prot["filesystem"] = mode == "bwrap"
+        prot["network"] = mode in ("bwrap", "unshare")
+        return prot
+
+
+@dataclass
+class NotebookResult:
+    student: str
+    notebook: str
+    status: str = "graded"
+    reasons: list[str] = field(default_factory=list)
+    grades: dict = field(default_factory=dict)      # grade_id -> (auto_score, needs_manual_grade)
+    comments: dict = field(default_factory=dict)    # grade_id -> auto_comment
+    autograded: Path | None = None                  # the executed notebook (in the scratch course)
+    seconds: float = 0.0
+    log: str = ""
+    score: float = 0.0
+    max_score: float = 0.0
+    scratch: Path | None = None
+    infra: bool = False                             # the kernel never started: the grader's fault
+
+
+def _worst(statuses) -> str:
+    statuses = list(statuses) or ["graded"]
+    return min(statuses, key=STATUS_ORDER.index)
+
+
+# ----------------------------------------------------------------------------- one job
+def _job_env(scratch: Path, settings: Settings, notebook: str) -> dict:
+    env = dict(os.environ)
+    env.update(
+        LAS_CHECK_MODULE=f"grader.checks.{notebook}",
+        JUPYTER_PATH=str(write_kernel_spec(scratch / "jupyter")),
+        JUPYTER_RUNTIME_DIR=str(scratch / "runtime"),
+        TMPDIR=str(scratch / "runtime"),  # nbclient writes the connection file with tempfile
+        JUPYTER_CONFIG_DIR=str(scratch / "jupyter-config"),
+        JUPYTER_PLATFORM_DIRS="1",
+        LAS_SANDBOX=json.dumps({"mode": settings.mode(), "workdir": str(scratch / "work"),
+                                "overlay": protections()["overlay"]}),
+        LAS_KERNEL_LIMITS=json.dumps({"mem_bytes": int(settings.mem_gb * 1024 ** 3),
+                                      "fsize_bytes": 2 * 1024 ** 3}),
+        OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // max(1, settings.workers))),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])),
+    )
+    env.pop("NBGRADER_EXECUTION", None)
+    return env
+
+
+def _limit_grader_process(mem_bytes: int):
+    def apply():
+        import resource
+
+        # nbgrader itself holds every output the kernel streams: cap it too (above the kernel's cap)
+        cap = mem_bytes + 4 * 1024 ** 3
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+    return apply
+
+
+def _run(cmd: list[str], *, cwd: Path, env: dict, timeout: float, mem_bytes: int) -> tuple[int | None, str]:
+    """Run in its own session; on timeout kill the whole group (nbgrader and, through
+    PR_SET_PDEATHSIG / bwrap --die-with-parent, its kernel). Returns (returncode or None, log)."""
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=_limit_grader_process(mem_bytes))
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+        out.seek(0, 2)
+        size = out.tell()
+        out.seek(max(0, size - 200_000))
+        return code, out.read().decode("utf-8", "replace")
+
+
+def grade_notebook(course: Course, student: str, notebook: str, settings: Settings, db_snapshot: Path,
+                   workroot: Path) -> NotebookResult:
+    """Autograde one notebook of one student in a scratch course; never raises for student faults."""
+    result = NotebookResult(student, notebook)
+    started = time.monotonic()
+    submitted = course.folder("submitted", student) / f"{notebook}.ipynb"
+    if not submitted.exists():
+        result.reasons.append(f"{notebook}.ipynb not submitted (0 points)")
+        result.grades = None  # zero everything
+        return result
+    try:
+        prepared = prepare(submitted, course.release / f"{notebook}.ipynb")
+    except Unreadable as exc:
+        result.status, result.grades = "unreadable", None
+        result.reasons.append(str(exc))
+        return result
+    if prepared.tampered:
+        result.status = "tampered"
+    result.reasons += prepared.tampered + prepared.notes
+
+    scratch = Path(tempfile.mkdtemp(prefix=f"{student}-{notebook}-", dir=workroot))
+    result.scratch = scratch
+    course_dir = scratch / "course"
+    write(prepared.notebook, course_dir / "submitted" / student / ASSIGNMENT / f"{notebook}.ipynb")
+    (scratch / "work").mkdir()
+    (scratch / "runtime").mkdir()
+    shutil.copy(submitted, scratch / "work" / f"{notebook}.ipynb")
+    shutil.copy(db_snapshot, course_dir / "gradebook.db")
+    db_url = f"sqlite:///{course_dir / 'gradebook.db'}"
+    cmd = [sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT, "--force", f"--student={student}",
+           f"--CourseDirectory.root={course_dir}", f"--CourseDirectory.db_url={db_url}",
+           f"--CourseDirectory.course_id={COURSE_ID}",
+           f"--ExecutePreprocessor.kernel_name={KERNEL_NAME}",
+           f"--ExecutePreprocessor.timeout={settings.cell_timeout}",
+           "--ExecutePreprocessor.interrupt_on_timeout=True",
+           f"--ExecutePreprocessor.startup_timeout={max(120, settings.cell_timeout)}",
+           "--KernelManager.transport=ipc",
+           # absolute socket paths in a folder the sandbox binds (relative ones would resolve
+           # against two different working directories)
+           f"--KernelManager.ip={scratch / 'runtime' / 'kernel'}",
+           "--OverwriteCells.add_missing_cells=True",
+           f"--LimitOutput.max_lines={settings.max_output_lines}",
+           "--Autograde.create_student=True"]
+    code, log = _run(cmd, cwd=course_dir, env=_job_env(scratch, settings, notebook),
+                     timeout=settings.notebook_timeout, mem_bytes=int(settings.mem_gb * 1024 ** 3))
+    result.log = log
+    result.seconds = time.monotonic() - started
+    executed = course_dir / "autograded" / student / ASSIGNMENT / f"{notebook}.ipynb"
+
+    if code is None:
+        result.status, result.grades = "timed out", None
+        result.reasons.insert(0, f"{notebook}: still running after the {settings.notebook_timeout} s limit "
+                                 "per notebook (a loop that ignores interrupts?); 0 points")
+        return result
+    if code != 0 or not executed.exists():
+        result.grades = None
+        result.infra = bool(re.search(r"Kernel died before replying to kernel_info|Kernel didn't respond", log))
+        if re.search(r"CellTimeoutError|Timeout waiting for execute reply", log):
+            result.status = "timed out"
+            result.reasons.insert(0, f"{notebook}: a cell ran past {settings.cell_timeout} s and ignored the "
+                                     "interrupt; 0 points for this notebook")
+        elif re.search(r"DeadKernelError|Kernel died|kernel died", log):
+            result.status = "kernel died"
+            result.reasons.insert(0, f"{notebook}: the kernel died (os._exit, a crash, or the "
+                                     f"{settings.mem_gb:g} GB memory cap); 0 points for this notebook")
+        else:
+            result.status = "unreadable"
+            last = [ln for ln in log.splitlines() if "ERROR" in ln or "Error" in ln][-3:]
+            result.reasons.insert(0, f"{notebook}: nbgrader could not grade it: {' | '.join(last)[-300:]}")
+        return result
+
+    result.autograded = executed
+    _inspect_outputs(executed, result, settings)
+    _read_scores(db_url, student, notebook, result)
+    return result
+
+
+def _inspect_outputs(executed: Path, result: NotebookResult, settings: Settings) -> None:
+    """Timeouts, memory errors and the integrity report, read back from the executed notebook."""
+    nb = json.loads(executed.read_text(encoding="utf-8"))
+    timed_out: set[str] = set()
+    for i, cell in enumerate(nb["cells"]):
+        where = (cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id") or f"cell {i}"
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                ename, evalue = out.get("ename", ""), str(out.get("evalue", ""))
+                if ename in ("CellTimeoutError", "KeyboardInterrupt", "TimeoutError") or "Timeout" in ename:
+                    if result.status in ("graded", "tampered"):
+                        result.status = "timed out"
+                    if where in timed_out:
+                        continue
+                    timed_out.add(where)
+                    result.reasons.append(f"{where} ran past {settings.cell_timeout} s and was interrupted "
+                                          "(the rest was graded)")
+                elif ename == "MemoryError" or "can't allocate memory" in evalue or "out of memory" in evalue.lower():
+                    result.reasons.append(f"{where} hit the {settings.mem_gb:g} GB memory cap")
+            text = "".join(out.get("text", "")) if out.get("output_type") == "stream" else ""
+            if INTEGRITY_TAG in cell.get("metadata", {}).get("tags", []) and INTEGRITY_MARKER in text:
+                line = text.split(INTEGRITY_MARKER, 1)[1].splitlines()[0]
+                try:
+                    changed = json.loads(line)
+                except ValueError:
+                    changed = ["(unparseable integrity report)"]
+                if changed:
+                    if result.status == "graded":
+                        result.status = "tampered"
+                    shown = ", ".join(changed[:12]) + (" ..." if len(changed) > 12 else "")
+                    result.reasons.append(f"replaced during execution: {shown} (graded with the originals)")
+    if "Timeout waiting for execute reply" in result.log and not any("interrupted" in r for r in result.reasons):
+        result.status = "timed out" if result.status in ("graded", "tampered") else result.status
+        result.reasons.append(f"a cell ran past {settings.cell_timeout} s and was interrupted")
+
+
+def _read_scores(db_url: str, student: str, notebook: str, result: NotebookResult) -> None:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url, COURSE_ID) as gb:
+        sub = gb.find_submission_notebook(notebook, ASSIGNMENT, student)
+        for grade in sub.grades:
+            result.grades[grade.cell.name] = (grade.auto_score, grade.needs_manual_grade)
+        for comment in sub.comments:
+            result.comments[comment.cell.name] = comment.auto_comment
+
+
+# ----------------------------------------------------------------------------- merging
+def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
+    """Write one job's scores into the real gradebook and copy its executed notebook; returns
+    (autograded score, autograded max) of that notebook."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    dest = course.folder("autograded", result.student) / f"{result.notebook}.ipynb"
+    with Gradebook(course.db_url, COURSE_ID) as gb:
+        try:
+            gb.find_submission(ASSIGNMENT, result.student)
+        except MissingEntry:
+            gb.add_submission(ASSIGNMENT, result.student)
+        sub = gb.find_submission_notebook(result.notebook, ASSIGNMENT, result.student)
+        score = max_score = 0.0
+        for grade in sub.grades:
+            cell = grade.cell
+            if result.grades is None:           # unreadable, died, timed out, missing: zero, say why
+                grade.auto_score, grade.needs_manual_grade = 0.0, False
+            else:
+                auto, needs = result.grades.get(cell.name, (0.0, False))
+                grade.auto_score, grade.needs_manual_grade = auto, needs
+            autograded_test = not getattr(cell, "cell_type", None) == "markdown" and not _is_manual(gb, cell)
+            if autograded_test:
+                score += grade.auto_score or 0.0
+                max_score += grade.max_score
+        for comment in sub.comments:
+            if result.grades is not None and comment.cell.name in result.comments:
+                comment.auto_comment = result.comments[comment.cell.name]
+        gb.db.commit()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if result.autograded is not None and result.autograded.exists():
+        shutil.copy(result.autograded, dest)
+    elif dest.exists():
+        dest.unlink()  # never leave an older run's notebook behind for feedback
+    return score, max_score
+
+
+def _is_manual(gb, cell) -> bool:
+    """A manually graded answer is a grade cell that is also a solution cell."""
+    from nbgrader.api import SolutionCell
+
+    return gb.db.query(SolutionCell).filter(SolutionCell.name == cell.name,
+                                            SolutionCell.notebook_id == cell.notebook_id).count() > 0
+
+
+# ----------------------------------------------------------------------------- the batch
+def autograde(course: Course, students: list[str] | None = None, settings: Settings | None = None,
+              progress=print, sync: bool = True) -> dict[str, dict]:
+    """Grade ``students`` (default: everyone in grading/submitted). Returns student -> status dict
+    (also written to grading/status/<student>.json)."""
+    settings = settings or Settings()
+    notebooks = sync_assignment(course) if sync or not course.db_path.exists() else course.notebook_names()
+    everyone = course.students()
+    students = everyone if students is None else students
+    missing = [s for s in students if s not in everyone]
+    if missing:
+        raise FileNotFoundError(f"no submission folder for {', '.join(missing)} under "
+                                f"{course.grading / 'submitted'} (run `python -m grader collect` first)")
+    add_students(course, students)
+    prot = settings.protections()
+    progress(f"sandbox: {settings.mode()} | {describe(prot)}")
+    workroot = Path(tempfile.mkdtemp(prefix="las-autograde-"))
+    try:
+        snapshot = workroot / "gradebook.db"
+        snapshot_db(course.db_path, snapshot)
+        results: dict[str, list[NotebookResult]] = {s: [] for s in students}
+        jobs = [(s, nb) for s in students for nb in notebooks]
+        with ThreadPoolExecutor(max(1, settings.workers)) as pool:
+            futures = {pool.submit(grade_notebook, course, s, nb, settings, snapshot, workroot): (s, nb)
+                       for s, nb in jobs}
+            for done, future in enumerate(as_completed(futures), 1):
+                s, nb = futures[future]
+                try:
+                    res = future.result()
+                except Exception as exc:  # noqa: BLE001 - a grader bug must not stop the batch either
+                    res = NotebookResult(s, nb, status="unreadable", grades=None,
+                                         reasons=[f"{nb}: grading failed: {exc.__class__.__name__}: {exc}"])
+                res.score, res.max_score = merge(course, res)
+                results[s].append(res)
+                progress(f"[{done}/{len(jobs)}] {s} {nb}: {res.status} {res.score:g}/{res.max_score:g} "
+                         f"({res.seconds:.0f} s)")
+                if res.scratch is not None:
+                    shutil.rmtree(res.scratch, ignore_errors=True)
+        ran = [r for rs in results.values() for r in rs if r.scratch is not None]
+        if ran and all(r.infra for r in ran):
+            raise RuntimeError("no grading kernel started (sandbox mode "
+                               f"{settings.mode()!r}); try --sandbox none to check. nbgrader said:\n"
+                               + ran[0].log[-2000:])
+        statuses = {}
+        for s in students:
+            per_nb = sorted(results[s], key=lambda r: r.notebook)
+            collected = course.read_json("collect", s)
+            reasons = list(dict.fromkeys(list(collected.get("problems", [])) + [r for res in per_nb for r in res.reasons]))
+            worst = _worst([res.status for res in per_nb] + (["unreadable"] if collected.get("unreadable") else []))
+            status = {
+                "student": s,
+                "status": worst,
+                "reason": "; ".join(reasons),
+                "notebooks": {res.notebook: {"status": res.status, "reasons": res.reasons, "score": res.score,
+                                             "max_score": res.max_score, "seconds": round(res.seconds, 1)}
+                              for res in per_nb},
+                "score": sum(res.score for res in per_nb),
+                "max_score": sum(res.max_score for res in per_nb),
+                "protections": prot,
+                "graded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            }
+            course.write_json("status", s, status)
+            statuses[s] = status
+        return statuses
+    finally:
+        shutil.rmtree(workroot, ignore_errors=True)

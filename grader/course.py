@@ -1,0 +1,146 @@
+"""Where a grading run keeps its files, and the few nbgrader calls every verb needs.
+
+A :class:`Course` is the TA's grading folder (default ``grading/``, or ``$LAS_GRADING_DIR``)::
+
+    grading/
+      gradebook.db                 nbgrader's gradebook (never visible to a student's kernel)
+      release/ex01/*.ipynb         the release nbgrader generated from the source (tamper reference)
+      submitted/<student>/ex01/    what ``collect`` imported
+      autograded/<student>/ex01/   executed notebooks (with the hidden tests)
+      feedback/<student>/ex01/     feedback HTML (hidden tests removed)
+      status/<student>.json        what happened to each student (status + reasons)
+      collect/<student>.json       what ``collect`` could not read
+      grades.csv                   ``export``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import ASSIGNMENT, ROOT
+
+COURSE_ID = "learning-at-scale"
+STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$")
+
+
+def valid_student_id(student: str) -> bool:
+    """Student ids become folder names: letters, digits and ``._@+-`` only, no path tricks."""
+    return bool(STUDENT_ID.match(student)) and ".." not in student
+
+
+@dataclass
+class Course:
+    """A grading folder plus the nbgrader source notebooks it grades."""
+
+    grading: Path = field(default_factory=lambda: Path(os.environ.get("LAS_GRADING_DIR", ROOT / "grading")))
+    source: Path = ROOT / "solutions" / ASSIGNMENT
+
+    def __post_init__(self):
+        self.grading = Path(self.grading).resolve()
+        self.source = Path(self.source).resolve()
+
+    @property
+    def db_path(self) -> Path:
+        return self.grading / "gradebook.db"
+
+    @property
+    def db_url(self) -> str:
+        return f"sqlite:///{self.db_path}"
+
+    def folder(self, kind: str, student: str | None = None) -> Path:
+        """``grading/<kind>/<student>/ex01`` (or ``grading/<kind>`` without a student)."""
+        base = self.grading / kind
+        return base if student is None else base / student / ASSIGNMENT
+
+    @property
+    def release(self) -> Path:
+        return self.grading / "release" / ASSIGNMENT
+
+    def notebook_names(self) -> list[str]:
+        """Stems of the assignment's notebooks (from the source folder)."""
+        return sorted(p.stem for p in self.source.glob("*.ipynb"))
+
+    def students(self) -> list[str]:
+        folder = self.grading / "submitted"
+        if not folder.is_dir():
+            return []
+        return sorted(p.name for p in folder.iterdir() if p.is_dir() and valid_student_id(p.name))
+
+    # ----------------------------------------------------------------- status files
+    def status_path(self, kind: str, student: str) -> Path:
+        return self.grading / kind / f"{student}.json"
+
+    def read_json(self, kind: str, student: str) -> dict:
+        path = self.status_path(kind, student)
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    def write_json(self, kind: str, student: str, data: dict) -> None:
+        path = self.status_path(kind, student)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+        tmp.replace(path)
+
+
+def nbgrader(args: list[str], *, course_root: Path, db_url: str, env: dict | None = None,
+             timeout: float | None = None, extra: list[str] = ()) -> subprocess.CompletedProcess:
+    """Run ``python -m nbgrader ARGS`` on a course folder, configured entirely from the command line
+    (no nbgrader_config.py is read: the grading folder may live anywhere)."""
+    cmd = [sys.executable, "-m", "nbgrader", *args,
+           f"--CourseDirectory.root={course_root}", f"--CourseDirectory.db_url={db_url}",
+           f"--CourseDirectory.course_id={COURSE_ID}", *extra]
+    full_env = dict(os.environ if env is None else env)
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full_env.get("PYTHONPATH", "")]))
+    return subprocess.run(cmd, cwd=course_root, capture_output=True, text=True, env=full_env, timeout=timeout)
+
+
+def sync_assignment(course: Course) -> list[str]:
+    """Put the assignment (its notebooks, grade cells and source cells) into the gradebook and
+    write the matching release to ``grading/release``; returns the notebook stems.
+
+    Runs ``nbgrader generate_assignment`` in a scratch course whose source is ``course.source``, so
+    the committed notebooks/ folder is never touched.
+    """
+    course.grading.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="las-sync-") as tmp:
+        tmp = Path(tmp)
+        shutil.copytree(course.source, tmp / "source" / ASSIGNMENT,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        proc = nbgrader(["generate_assignment", ASSIGNMENT, "--force", "--log-level=WARN"],
+                        course_root=tmp, db_url=course.db_url)
+        if proc.returncode != 0:
+            raise RuntimeError("nbgrader generate_assignment failed while syncing the gradebook:\n"
+                               + proc.stdout[-3000:] + proc.stderr[-3000:])
+        from .release import check_no_leaks
+
+        check_no_leaks(tmp / "release" / ASSIGNMENT)
+        if course.release.exists():
+            shutil.rmtree(course.release)
+        shutil.copytree(tmp / "release" / ASSIGNMENT, course.release)
+    return course.notebook_names()
+
+
+def add_students(course: Course, students: list[str]) -> None:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(course.db_url, COURSE_ID) as gb:
+        for student in students:
+            gb.update_or_create_student(student)
+
+
+def snapshot_db(src: Path, dst: Path) -> None:
+    """A consistent copy of an sqlite file (the backup API, safe while another process reads it)."""
+    with sqlite3.connect(src) as source, sqlite3.connect(dst) as target:
+        source.backup(target)

@@ -1,0 +1,165 @@
+"""Mutation testing of the hidden tests: plausible wrong answers must lose points.
+
+Each ``grader/mutants/<stem>.py`` lists ``MUTANTS = [Mutant(cell=..., name=..., find=..., replace=...)]``
+for ``solutions/ex01/<stem>.ipynb``: ``cell`` is the grade_id of an autograded answer cell, ``find``
+occurs exactly once in it (inside the solution block) and ``replace`` is a mistake a student could
+make. :func:`run` submits the solution and every mutant as students of a scratch course and
+autogrades them all with the real pipeline (grader/autograde.py); a mutant is *killed* when it
+earns fewer autograded points than the solution.
+
+Mutants are graded one per notebook execution: two mutants in one notebook can mask each other
+(a test of one function calls another), so batching them would not be sound.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import ASSIGNMENT, ROOT
+
+SOLUTIONS = ROOT / "solutions" / ASSIGNMENT
+MIN_PER_FUNCTION = 5
+
+
+@dataclass(frozen=True)
+class Mutant:
+    cell: str      # grade_id of the autograded answer cell
+    name: str      # the mistake, in a few words
+    find: str      # exact text in the solution (occurs once in that cell)
+    replace: str   # the wrong version
+
+
+def notebooks_with_mutants() -> list[str]:
+    here = Path(__file__).parent
+    return sorted(p.stem for p in here.glob("*.py") if p.stem != "__init__" and (SOLUTIONS / f"{p.stem}.ipynb").exists())
+
+
+def load(stem: str) -> list[Mutant]:
+    return list(importlib.import_module(f"grader.mutants.{stem}").MUTANTS)
+
+
+def _src(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def _meta(cell: dict) -> dict:
+    return (cell.get("metadata") or {}).get("nbgrader") or {}
+
+
+def answer_cells(nb: dict) -> dict[str, str]:
+    """grade_id -> source of every autograded answer cell (solution: true, grade: false)."""
+    return {_meta(c)["grade_id"]: _src(c) for c in nb["cells"]
+            if c["cell_type"] == "code" and _meta(c).get("solution") and not _meta(c).get("grade")}
+
+
+def functions_of(source: str) -> list[tuple[str, int]]:
+    """(name, start offset) of the top-level functions a cell defines."""
+    return [(m.group(1), m.start()) for m in re.finditer(r"^def (\w+)\(", source, re.M)]
+
+
+def function_at(source: str, offset: int) -> str | None:
+    name = None
+    for fn, start in functions_of(source):
+        if start <= offset:
+            name = fn
+    return name
+
+
+def validate(stem: str, mutants: list[Mutant] | None = None) -> list[str]:
+    """Problems with a mutant file (empty when it follows the format)."""
+    nb = json.loads((SOLUTIONS / f"{stem}.ipynb").read_text(encoding="utf-8"))
+    cells = answer_cells(nb)
+    mutants = load(stem) if mutants is None else mutants
+    problems, per_function = [], {}
+    for m in mutants:
+        if m.cell not in cells:
+            problems.append(f"{m.name!r}: {m.cell!r} is not an autograded answer cell of {stem}")
+            continue
+        src = cells[m.cell]
+        count = src.count(m.find)
+        if count != 1:
+            problems.append(f"{m.name!r}: find text occurs {count} times in {m.cell} (needs exactly 1)")
+            continue
+        at = src.index(m.find)
+        blocks = [(b.start(), b.end()) for b in re.finditer(r"### BEGIN SOLUTION.*?### END SOLUTION", src, re.S)]
+        if not any(b <= at and at + len(m.find) <= e for b, e in blocks):
+            problems.append(f"{m.name!r}: find text is outside the solution block of {m.cell}")
+        if m.find == m.replace:
+            problems.append(f"{m.name!r}: replace equals find")
+        fn = function_at(src, at) or m.cell
+        per_function[(m.cell, fn)] = per_function.get((m.cell, fn), 0) + 1
+    for cell, src in cells.items():
+        for fn in [f for f, _ in functions_of(src)] or [cell]:
+            if per_function.get((cell, fn), 0) < MIN_PER_FUNCTION:
+                problems.append(f"{stem}:{cell}: {fn} has {per_function.get((cell, fn), 0)} mutants "
+                                f"(at least {MIN_PER_FUNCTION} needed)")
+    return problems
+
+
+def student_copy(release: dict, solution: dict, mutant: Mutant | None = None) -> dict:
+    """What a student would hand in: the release with every answer cell filled from the solution,
+    and ``mutant`` applied to its cell."""
+    answers = {_meta(c)["grade_id"]: _src(c) for c in solution["cells"] if _meta(c).get("solution")}
+    nb = copy.deepcopy(release)
+    for cell in nb["cells"]:
+        gid = _meta(cell).get("grade_id")
+        if _meta(cell).get("solution") and gid in answers:
+            src = answers[gid]
+            if mutant is not None and gid == mutant.cell:
+                src = src.replace(mutant.find, mutant.replace, 1)
+            # a student's answer carries no nbgrader markers
+            cell["source"] = "".join(line for line in src.splitlines(keepends=True)
+                                     if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
+    return nb
+
+
+def run(stems: list[str] | None = None, *, workers: int = 1, mutants: dict[str, list[Mutant]] | None = None,
+        cell_timeout: int = 120, progress=print) -> dict[str, dict]:
+    """Autograde the solution and every mutant of each notebook; returns stem -> report with
+    ``total``, ``killed``, ``survivors`` and per-mutant ``results``."""
+    from ..autograde import Settings, autograde
+    from ..course import Course, sync_assignment
+
+    stems = stems or notebooks_with_mutants()
+    reports = {}
+    for stem in stems:
+        muts = (mutants or {}).get(stem) or load(stem)
+        problems = validate(stem, muts) if mutants is None else []
+        with tempfile.TemporaryDirectory(prefix=f"las-mutants-{stem}-") as tmp:
+            tmp = Path(tmp)
+            (tmp / "source").mkdir()
+            shutil.copy(SOLUTIONS / f"{stem}.ipynb", tmp / "source")
+            course = Course(grading=tmp / "grading", source=tmp / "source")
+            sync_assignment(course)
+            release = json.loads((course.release / f"{stem}.ipynb").read_text(encoding="utf-8"))
+            solution = json.loads((SOLUTIONS / f"{stem}.ipynb").read_text(encoding="utf-8"))
+            names = {"solution": None}
+            for i, m in enumerate(muts):
+                names[f"mutant{i:02d}"] = m
+            for student, m in names.items():
+                folder = course.folder("submitted", student)
+                folder.mkdir(parents=True)
+                (folder / f"{stem}.ipynb").write_text(json.dumps(student_copy(release, solution, m)), encoding="utf-8")
+            statuses = autograde(course, settings=Settings(workers=workers, cell_timeout=cell_timeout),
+                                 progress=progress, sync=False)
+        base = statuses["solution"]
+        results = []
+        for student, m in names.items():
+            if m is None:
+                continue
+            st = statuses[student]
+            results.append({"cell": m.cell, "name": m.name, "score": st["score"], "status": st["status"],
+                            "killed": st["score"] < base["score"]})
+        killed = sum(r["killed"] for r in results)
+        reports[stem] = {"total": len(results), "killed": killed, "baseline": base["score"],
+                         "baseline_max": base["max_score"], "baseline_status": base["status"],
+                         "survivors": [f"{r['cell']}: {r['name']}" for r in results if not r["killed"]],
+                         "problems": problems, "results": results}
+    return reports

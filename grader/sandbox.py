@@ -1,0 +1,170 @@
+"""Run each grading kernel in a sandbox: no network, a memory cap, and a filesystem that holds
+only what a notebook needs (the Python environment, utils/, data/, grader/checks/, the model cache
+and the student's own folder) -- not the gradebook, other students' work or solutions/.
+
+Mechanisms, best first (``protections()`` says which ones this machine has):
+
+* bubblewrap (``bwrap``): new user, mount, pid, network and IPC namespaces, read-only binds;
+* ``unshare --user --net``: no network, but the kernel sees the grader's filesystem;
+* nothing: the kernel runs as a plain process;
+
+and always ``setrlimit`` caps (memory, file size) applied by grader/kernel.py inside the kernel.
+The kernel talks to nbgrader over Unix sockets (``KernelManager.transport=ipc``), which work
+across network namespaces, unlike TCP on localhost.
+
+The kernel spec's argv is ``python -m grader.sandbox {connection_file}``; this module's ``main``
+reads the job's settings from ``$LAS_SANDBOX`` (JSON) and execs the sandboxed kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from . import GRADER_DIR, ROOT
+
+KERNEL_NAME = "las-sandbox"
+ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "PYTHONPATH", "PYTHONHASHSEED",
+            "NBGRADER_EXECUTION", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+            "CUDA_VISIBLE_DEVICES", "MPLBACKEND", "LAS_KERNEL_LIMITS", "LAS_CHECK_MODULE")
+# JPY_PARENT_PID stays out: inside the pid namespace the parent looks like pid 1 and ipykernel
+# would shut down at once; --die-with-parent and PR_SET_PDEATHSIG do its job instead.
+ENV_KEEP_PREFIXES = ("PYDEVD_", "LAS_PRESET", "LAS_DEVICE")
+
+
+def _run_ok(cmd: list[str]) -> bool:
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def protections() -> dict[str, bool]:
+    """Probe this machine once: which isolation mechanisms actually work here."""
+    bwrap = shutil.which("bwrap")
+    unshare = shutil.which("unshare")
+    have_bwrap = bool(bwrap) and _run_ok([bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/",
+                                          "--dev", "/dev", "--proc", "/proc", "true"])
+    overlay = have_bwrap and _run_ok([bwrap, "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev",
+                                      "--overlay-src", str(GRADER_DIR), "--tmp-overlay", "/mnt", "true"])
+    have_unshare = bool(unshare) and _run_ok([unshare, "--user", "--net", "--map-root-user", "true"])
+    try:
+        import resource  # noqa: F401
+
+        rlimits = True
+    except ImportError:
+        rlimits = False
+    return {
+        "network": have_bwrap or have_unshare,
+        "filesystem": have_bwrap,
+        "memory": rlimits,
+        "bwrap": have_bwrap,
+        "overlay": overlay,
+    }
+
+
+def describe(prot: dict[str, bool]) -> str:
+    """One line for the summary: which protections are on and which are off (and why)."""
+    parts = [
+        "network: " + ("off (namespace)" if prot["network"] else "REACHABLE (no bwrap/unshare)"),
+        "filesystem: " + ("isolated (bwrap)" if prot["filesystem"]
+                          else "NOT isolated (install bubblewrap): the kernel can read the gradebook copy, "
+                               "solutions/ and other students' files"),
+        "memory: " + ("capped (setrlimit)" if prot["memory"] else "NOT capped"),
+    ]
+    return "; ".join(parts)
+
+
+def write_kernel_spec(folder: Path) -> Path:
+    """A kernel spec ``las-sandbox`` under ``folder/kernels`` (put ``folder`` on $JUPYTER_PATH)."""
+    spec_dir = folder / "kernels" / KERNEL_NAME
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "argv": [sys.executable, "-m", "grader.sandbox", "{connection_file}"],
+        "display_name": "Python 3 (grading sandbox)",
+        "language": "python",
+        # interrupts travel as messages: a signal from outside would hit bwrap, not the kernel
+        "interrupt_mode": "message",
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
+    return folder
+
+
+def _kernel_env(home: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k in ENV_KEEP or k.startswith(ENV_KEEP_PREFIXES)}
+    env.update(HOME=home, MPLCONFIGDIR=f"{home}/.matplotlib", XDG_CACHE_HOME=f"{home}/.cache",
+               PYTHONDONTWRITEBYTECODE="1")
+    env.setdefault("MPLBACKEND", "Agg")
+    return env
+
+
+def _ro(path: str | Path) -> list[str]:
+    path = str(path)
+    return ["--ro-bind", path, path] if os.path.exists(path) else []
+
+
+def bwrap_command(settings: dict, connection_file: str, cwd: str) -> list[str]:
+    """The bubblewrap command line for one kernel (see the module docstring for what is visible)."""
+    repo = str(ROOT)
+    cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--cap-drop", "ALL",
+           "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--perms", "0700", "--dir", "/tmp/home"]
+    for top in ("/usr", "/etc", "/opt"):
+        cmd += _ro(top)
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            cmd += ["--symlink", os.readlink(top), top]
+        else:
+            cmd += _ro(top)
+    # the interpreter and the environment (a venv links to a base installation elsewhere)
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}:
+        if not prefix.startswith(("/usr", "/etc", "/opt")):
+            cmd += _ro(prefix)
+    # the repository: only what notebooks import or read
+    for rel in ("utils", "data", "pyproject.toml", "grader/__init__.py", "grader/kernel.py", "grader/checks"):
+        cmd += _ro(os.path.join(repo, rel))
+    build = os.path.join(repo, "build")
+    cmd += ["--tmpfs", build]
+    cache = os.path.join(build, "cache")
+    if os.path.isdir(cache):
+        if settings.get("overlay"):
+            cmd += ["--overlay-src", cache, "--tmp-overlay", cache]  # writable, changes discarded
+        else:
+            cmd += ["--ro-bind", cache, cache]
+    for dev in sorted(glob.glob("/dev/nvidia*")):  # GPUs, where the grading machine has them
+        cmd += ["--dev-bind", dev, dev]
+    runtime = os.path.dirname(os.path.abspath(connection_file))
+    cmd += ["--bind", runtime, runtime]
+    # The kernel's working directory is nbgrader's autograded folder, where the notebook WITH the
+    # hidden tests sits during execution: show the kernel a decoy holding the submission instead.
+    workdir = settings.get("workdir") or cwd
+    cmd += ["--bind", workdir, cwd, "--chdir", cwd, "--clearenv"]
+    for key, value in _kernel_env("/tmp/home").items():
+        cmd += ["--setenv", key, value]
+    return cmd
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    connection_file = argv[0]
+    settings = json.loads(os.environ.get("LAS_SANDBOX", "{}"))
+    kernel = [sys.executable, "-m", "grader.kernel", "-f", connection_file]
+    mode = settings.get("mode", "none")
+    cwd = os.getcwd()
+    if mode == "bwrap":
+        cmd = bwrap_command(settings, connection_file, cwd) + ["--", *kernel]
+    elif mode == "unshare":
+        cmd = ["unshare", "--user", "--net", "--map-root-user", "--", *kernel]
+    else:
+        cmd = kernel
+    os.execvp(cmd[0], cmd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""Read a submitted notebook defensively and prepare it for nbgrader.
+
+``prepare(path, release_path)`` returns a :class:`Prepared` notebook, or raises
+:class:`Unreadable` with a reason a TA can act on. Preparing
+
+* de-duplicates grade_ids (nbgrader fails a whole submission on a copied cell, issue 1083):
+  copies of a locked cell (tests, setup) are dropped; of a copied answer cell the LAST copy keeps
+  the grading metadata and the earlier ones stay as ordinary cells, so the notebook still runs
+  exactly as the student ran it;
+* compares every locked cell with the release: an edited or deleted test cell is reported as
+  tampering (nbgrader then restores the original from the gradebook, so the grade is unaffected);
+* strips grading metadata the student invented (a cell claiming to be a graded cell the
+  assignment does not have);
+* appends one plain cell that reports replaced comparison functions (grader/kernel.py).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAX_NOTEBOOK_BYTES = 64 * 1024 ** 2
+INTEGRITY_SOURCE = "from grader.kernel import integrity_report as _las_integrity; _las_integrity()"
+INTEGRITY_TAG = "las-integrity"
+
+
+class Unreadable(Exception):
+    """The file is not a notebook nbgrader can grade; the message says why."""
+
+
+@dataclass
+class Prepared:
+    notebook: dict
+    notes: list[str] = field(default_factory=list)      # what was changed, for the reason column
+    tampered: list[str] = field(default_factory=list)   # tampering findings
+
+
+def _meta(cell: dict) -> dict:
+    return (cell.get("metadata") or {}).get("nbgrader") or {}
+
+
+def _source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def read_notebook(path: Path) -> dict:
+    """Parse and validate a notebook; raise :class:`Unreadable` with the reason."""
+    import nbformat
+
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise Unreadable(f"cannot read {path.name}: {exc.strerror}") from None
+    if size > MAX_NOTEBOOK_BYTES:
+        raise Unreadable(f"{path.name} is {size / 1024 ** 2:.0f} MB (limit {MAX_NOTEBOOK_BYTES // 1024 ** 2} MB); "
+                         "clear its outputs and resubmit")
+    try:
+        with warnings.catch_warnings():  # duplicate cell ids are repaired below, quietly
+            warnings.simplefilter("ignore")
+            nb = nbformat.read(str(path), as_version=4)
+    except Exception as exc:  # noqa: BLE001 - NotJSONError, UnicodeDecodeError, KeyError, ...
+        raise Unreadable(f"{path.name} is not a valid notebook ({exc.__class__.__name__}: "
+                         f"{str(exc)[:160]})") from None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            nbformat.validate(nb)
+    except Exception:  # noqa: BLE001 - repairable: nbgrader only needs cells with sources
+        pass
+    if not isinstance(nb.get("cells"), list):
+        raise Unreadable(f"{path.name} has no list of cells")
+    return json.loads(nbformat.writes(nb))
+
+
+def prepare(path: Path, release_path: Path) -> Prepared:
+    nb = read_notebook(path)
+    release = json.loads(release_path.read_text(encoding="utf-8"))
+    released = {_meta(c)["grade_id"]: c for c in release["cells"] if _meta(c).get("grade_id")}
+    out = Prepared(nb)
+
+    # 1. duplicated grade_ids
+    positions: dict[str, list[int]] = {}
+    for i, cell in enumerate(nb["cells"]):
+        gid = _meta(cell).get("grade_id")
+        if gid:
+            positions.setdefault(gid, []).append(i)
+    drop: set[int] = set()
+    for gid, where in positions.items():
+        if len(where) < 2:
+            continue
+        if _meta(released.get(gid, {})).get("locked") or _meta(nb["cells"][where[0]]).get("locked"):
+            drop.update(where[1:])
+            out.notes.append(f"{len(where) - 1} copy(ies) of locked cell {gid} removed")
+        else:
+            for i in where[:-1]:
+                nb["cells"][i]["metadata"].pop("nbgrader", None)
+            out.notes.append(f"answer cell {gid} appears {len(where)} times: graded the last copy "
+                             "(earlier copies still run)")
+    nb["cells"] = [c for i, c in enumerate(nb["cells"]) if i not in drop]
+
+    # 2. locked cells edited or deleted; grading metadata the assignment does not have
+    seen = set()
+    for cell in nb["cells"]:
+        gid = _meta(cell).get("grade_id")
+        if not gid:
+            continue
+        if gid not in released:
+            cell["metadata"].pop("nbgrader", None)
+            out.tampered.append(f"unknown graded cell {gid!r} (metadata removed)")
+            continue
+        seen.add(gid)
+        original = released[gid]
+        if _meta(original).get("locked") and _source(cell).strip() != _source(original).strip():
+            out.tampered.append(f"edited locked cell {gid} (restored)")
+        if _meta(cell) != _meta(original) and not _meta(original).get("locked"):
+            # e.g. an answer cell that claims points: nbgrader resets the metadata from the gradebook
+            if {k: v for k, v in _meta(cell).items() if k != "checksum"} != \
+               {k: v for k, v in _meta(original).items() if k != "checksum"}:
+                out.tampered.append(f"changed grading metadata of {gid} (restored)")
+    for gid, original in released.items():
+        if gid not in seen and _meta(original).get("grade") and _meta(original).get("locked"):
+            out.tampered.append(f"deleted test cell {gid} (restored)")
+        elif gid not in seen and _meta(original).get("locked"):
+            out.tampered.append(f"deleted read-only cell {gid} (not restored: later cells may fail)")
+        elif gid not in seen:
+            out.notes.append(f"answer cell {gid} missing")
+
+    # 3. unique cell ids (copied cells share them; nbformat 4.5 rejects that)
+    ids = set()
+    for i, cell in enumerate(nb["cells"]):
+        if "id" in cell and cell["id"] in ids:
+            cell["id"] = f"{cell['id'][:50]}-{i}"
+        ids.add(cell.get("id"))
+
+    # 4. the integrity report runs last
+    nb["cells"].append({"cell_type": "code", "execution_count": None, "id": "las-integrity",
+                        "metadata": {"tags": [INTEGRITY_TAG]}, "outputs": [], "source": INTEGRITY_SOURCE})
+    return out
+
+
+def write(nb: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")

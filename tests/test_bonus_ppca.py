@@ -1,0 +1,332 @@
+"""Numeric tests of the bonus notebook on masked pre-training and the marginal likelihood
+(solutions/ex01/bonus_masked_pretraining_bayes.ipynb) and of its grader-only checks.
+
+The solution functions are taken from the notebook's answer cells (so these tests exercise exactly
+what is graded). The tests check
+
+- Proposition 1 exactly: summed over all mask sizes, the enumerated masked scores equal log p(x);
+- the Monte-Carlo sum lands within 3 standard errors of log p(x), and the reported standard errors
+  are calibrated (about 95 % of estimates within 2 SE over many seeds);
+- every grader check passes the solution and rejects the usual mistakes (the talk's slide erratum,
+  an elementwise Normal, wrong mask-size weighting, a fixed mask ratio), which miss by a wide
+  margin, so a 3-SE test cannot confuse them with Monte-Carlo noise.
+All randomness is seeded: the tests are deterministic.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from grader.checks import bonus_masked_pretraining_bayes as ref
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "ex01" / "bonus_masked_pretraining_bayes.ipynb"
+ANSWER_CELLS = ("ppca_log_marginal", "gaussian_conditional", "masked_score", "masked_pretraining_objective")
+DTYPE = torch.float64
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny matrices: one thread is much faster (the notebook's setup cell does the same)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _cells_by_id() -> dict[str, str]:
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    return {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"])
+            for c in cells if "nbgrader" in c.get("metadata", {})}
+
+
+@pytest.fixture(scope="module")
+def sol() -> dict:
+    """The notebook's solution functions (answer cells and the given closed-form ML helper)."""
+    ns = {"math": math, "torch": torch, "np": np}
+    cells = _cells_by_id()
+    for grade_id in (*ANSWER_CELLS, "closed_form_ml"):
+        exec(compile(cells[grade_id], f"<{grade_id}>", "exec"), ns)
+    return ns
+
+
+# ------------------------------------------------------------------------------------------------
+# Deliberately wrong implementations (the mistakes the checks must catch)
+# ------------------------------------------------------------------------------------------------
+
+def elementwise_log_marginal(x, W, mu, sigma2):
+    """The talk's snippet: independent Normals with the marginal variances."""
+    var = (W ** 2).sum(1) + sigma2
+    return torch.distributions.Normal(mu, var.sqrt()).log_prob(x).sum(-1)
+
+
+def _blocks(mu, S, x, masked_idx):
+    M = torch.as_tensor(masked_idx)
+    R = torch.tensor([i for i in range(S.shape[0]) if i not in set(M.tolist())], dtype=torch.long)
+    return M, R
+
+
+def slide_conditional_plus(mu, S, x, masked_idx):
+    """The slide's covariance S_MM + S_MR S_RR^-1 S_RM (mean correct)."""
+    M, R = _blocks(mu, S, x, masked_idx)
+    if len(R) == 0:
+        return mu[M].expand(*x.shape[:-1], len(M)), S[M][:, M]
+    gain = torch.linalg.solve(S[R][:, R], S[R][:, M])
+    return mu[M] + (x[..., R] - mu[R]) @ gain, S[M][:, M] + S[M][:, R] @ gain
+
+
+def slide_conditional_transpose(mu, S, x, masked_idx):
+    """The slide's mean mu_M + S_MR^T S_RR^-1 (x_R - mu_R): only conforms when |M| = |R|."""
+    M, R = _blocks(mu, S, x, masked_idx)
+    S_MR, S_RR = S[M][:, R], S[R][:, R]
+    gain = torch.linalg.solve(S_RR, S[R][:, M])
+    mean = mu[M] + (x[..., R] - mu[R]) @ (S_MR.T @ torch.linalg.inv(S_RR)).T
+    return mean, S[M][:, M] - S[M][:, R] @ gain
+
+
+def _covariance(W, sigma2):
+    return W @ W.T + sigma2 * torch.eye(W.shape[0], dtype=W.dtype)
+
+
+def _per_mask_scores(x, W, mu, sigma2, m, n_masks, generator, value):
+    S = _covariance(W, sigma2)
+    D = W.shape[0]
+    if not 1 <= m <= D:
+        raise ValueError(f"m must be in [1, {D}], got {m}")
+    samples = torch.stack([value(x, mu, S, torch.randperm(D, generator=generator)[:m]) for _ in range(n_masks)])
+    return samples.mean(), samples.std() / math.sqrt(n_masks)
+
+
+def _conditional(mu, S, x, M):
+    """p(x_M | x_R) by a plain solve (the tests' own helper for building wrong variants quickly)."""
+    M, R = _blocks(mu, S, x, M)
+    if len(R) == 0:
+        return mu[M].expand(*x.shape[:-1], len(M)), S[M][:, M]
+    gain = torch.linalg.solve(S[R][:, R], S[R][:, M])
+    return mu[M] + (x[..., R] - mu[R]) @ gain, S[M][:, M] - S[M][:, R] @ gain
+
+
+def _conditional_logp(x, mu, S, M):
+    """Per-coordinate log p(x_j | x_R) for j in M, (..., m) (correct maths)."""
+    mean, cov = _conditional(mu, S, x, M)
+    var = torch.diagonal(cov)
+    return -0.5 * (torch.log(2 * math.pi * var) + (x[..., M] - mean) ** 2 / var)
+
+
+def score_without_1_over_m(x, W, mu, sigma2, m, n_masks, generator=None):
+    """Sums the masked log-probabilities instead of averaging them over the mask."""
+    return _per_mask_scores(x, W, mu, sigma2, m, n_masks, generator,
+                            lambda x, mu, S, M: _conditional_logp(x, mu, S, M).sum(-1).mean())
+
+
+def score_joint_conditional(x, W, mu, sigma2, m, n_masks, generator=None):
+    """(1/m) log p(x_M | x_R) jointly: the masked coordinates see each other."""
+    def value(x, mu, S, M):
+        mean, cov = _conditional(mu, S, x, M)
+        L = torch.linalg.cholesky(cov)
+        white = torch.linalg.solve_triangular(L, (x[..., M] - mean).reshape(-1, len(M)).T, upper=False)
+        logp = -0.5 * (len(M) * math.log(2 * math.pi) + 2 * torch.log(torch.diagonal(L)).sum() + (white ** 2).sum(0))
+        return logp.mean() / len(M)
+    return _per_mask_scores(x, W, mu, sigma2, m, n_masks, generator, value)
+
+
+def score_pseudo_likelihood(x, W, mu, sigma2, m, n_masks, generator=None):
+    """Every masked x_j conditioned on ALL other coordinates (masked ones included)."""
+    def value(x, mu, S, M):
+        # p(x_j | x_-j) from the precision matrix: variance 1/P_jj, mean x_j - (P (x - mu))_j / P_jj.
+        P = torch.linalg.inv(S)
+        var = 1 / torch.diagonal(P)
+        mean = x - ((x - mu) @ P) * var
+        logp = -0.5 * (torch.log(2 * math.pi * var) + (x - mean) ** 2 / var)
+        return logp[..., M].mean(-1).mean()
+    return _per_mask_scores(x, W, mu, sigma2, m, n_masks, generator, value)
+
+
+def score_slide_covariance(x, W, mu, sigma2, m, n_masks, generator=None):
+    """Correct weighting, but the slide's '+' conditional covariance."""
+    def value(x, mu, S, M):
+        mean, cov = slide_conditional_plus(mu, S, x, M)
+        var = torch.diagonal(cov)
+        return (-0.5 * (torch.log(2 * math.pi * var) + (x[..., M] - mean) ** 2 / var)).mean(-1).mean()
+    return _per_mask_scores(x, W, mu, sigma2, m, n_masks, generator, value)
+
+
+def objective_from(score, sizes=lambda D: range(1, D + 1), combine="sum", scale=1.0):
+    """A cumulative objective built from ``score`` over mask ``sizes``, summed or averaged."""
+    def objective(x, W, mu, sigma2, n_masks, generator=None):
+        est, se = zip(*(score(x, W, mu, sigma2, m, n_masks, generator) for m in sizes(W.shape[0])))
+        est, se = torch.stack(est), torch.stack(se)
+        if combine == "mean":
+            return est.mean(), se.pow(2).sum().sqrt() / len(est)
+        return scale * est.sum(), scale * se.pow(2).sum().sqrt()
+    return objective
+
+
+# ------------------------------------------------------------------------------------------------
+# Proposition 1, exactly and by Monte Carlo
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("D,K,sigma2,N", [(4, 1, 0.5, 1), (6, 2, 0.1, 3), (7, 3, 0.02, 1)])
+def test_proposition_1_holds_exactly_by_enumeration(D, K, sigma2, N):
+    W, mu, _ = ref.random_ppca(D, K, sigma2, seed=D)
+    x = ref.ppca_samples(W, mu, sigma2, N, seed=10 + D)
+    total = sum(ref.exact_masked_score(x, W, mu, sigma2, m)[0] for m in range(1, D + 1))
+    assert total == pytest.approx(float(np.mean(ref.ref_log_marginal(x, W, mu, sigma2))), abs=1e-9)
+
+
+def test_solution_conditionals_reproduce_log_p_by_enumeration(sol):
+    """The same identity, built from the solution's own gaussian_conditional."""
+    D, K, sigma2 = 5, 2, 0.2
+    W, mu, _ = ref.random_ppca(D, K, sigma2, seed=3)
+    x = ref.ppca_samples(W, mu, sigma2, 1, seed=4)[0]
+    S = _covariance(W, sigma2)
+    total = 0.0
+    for m in range(1, D + 1):
+        values = []
+        for M in itertools.combinations(range(D), m):
+            mean, cov = sol["gaussian_conditional"](mu, S, x, torch.tensor(M))
+            var = torch.diagonal(cov)
+            values.append((-0.5 * (torch.log(2 * math.pi * var) + (x[list(M)] - mean) ** 2 / var)).mean())
+        total += torch.stack(values).mean().item()
+    exact = sol["ppca_log_marginal"](x, W, mu, sigma2).item()
+    assert total == pytest.approx(exact, abs=1e-10)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_monte_carlo_sum_within_three_standard_errors(sol, seed):
+    W, mu, sigma2 = ref.random_ppca(6, 2, 0.1, seed=1000 + seed)
+    x = ref.ppca_samples(W, mu, sigma2, 1, seed=2000 + seed)[0]
+    est, se, exact, z = ref.objective_matches_log_marginal(sol["masked_pretraining_objective"], x, W, mu, sigma2,
+                                                            n_masks=100, seed=seed)
+    assert z < 3, f"sum_m S(x; m) = {est:.4f} +- {se:.4f}, log p(x) = {exact:.4f} ({z:.2f} SE)"
+
+
+def test_standard_errors_are_calibrated(sol):
+    """Over 40 seeded repeats about 95 % of estimates fall within 2 SE (at least 34 of 40)."""
+    W, mu, sigma2 = ref.random_ppca(5, 2, 0.1, seed=5)
+    x = ref.ppca_samples(W, mu, sigma2, 1, seed=6)[0]
+    z = [ref.objective_matches_log_marginal(sol["masked_pretraining_objective"], x, W, mu, sigma2, 40, s)[3]
+         for s in range(40)]
+    assert sum(zi < 2 for zi in z) >= 34, f"z-scores {np.round(z, 2)}"
+    assert max(z) > 0.5, "every estimate suspiciously close: is the standard error too large?"
+
+
+# ------------------------------------------------------------------------------------------------
+# The grader checks: pass the solution, reject the usual mistakes
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ANSWER_CELLS)
+def test_checks_pass_on_the_solution(sol, name):
+    getattr(ref, f"check_{name}")(sol[name])
+
+
+@pytest.mark.parametrize("name", ANSWER_CELLS)
+def test_checks_fail_on_the_release_stub(name):
+    def stub(*args, **kwargs):
+        raise NotImplementedError()
+
+    with pytest.raises(NotImplementedError):
+        getattr(ref, f"check_{name}")(stub)
+
+
+def test_elementwise_normal_is_rejected():
+    with pytest.raises(AssertionError, match="multivariate normal"):
+        ref.check_ppca_log_marginal(elementwise_log_marginal)
+
+
+@pytest.mark.parametrize("wrong,message", [(slide_conditional_plus, "erratum"),
+                                           (slide_conditional_transpose, "cond_mean wrong")])
+def test_slide_erratum_is_rejected(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        ref.check_gaussian_conditional(wrong)
+
+
+@pytest.mark.parametrize("wrong", [score_without_1_over_m, score_joint_conditional, score_pseudo_likelihood,
+                                   score_slide_covariance])
+def test_wrong_masked_scores_are_rejected(wrong):
+    with pytest.raises(AssertionError):
+        ref.check_masked_score(wrong)
+
+
+WRONG_OBJECTIVES = {
+    "average over m": objective_from(lambda *a: ref_score(*a), combine="mean"),
+    "forgets m = D": objective_from(lambda *a: ref_score(*a), sizes=lambda D: range(1, D)),
+    "fixed 15 % ratio x D": objective_from(lambda *a: ref_score(*a), sizes=lambda D: [max(1, round(0.15 * D))],
+                                           scale=6.0),
+    "no 1/m": objective_from(score_without_1_over_m),
+    "joint conditional": objective_from(score_joint_conditional),
+    "pseudo-likelihood": objective_from(score_pseudo_likelihood),
+    "slide covariance": objective_from(score_slide_covariance),
+}
+
+
+def ref_score(x, W, mu, sigma2, m, n_masks, generator=None):
+    """A correct masked score built from the reference conditional (for the wrong objectives)."""
+    return _per_mask_scores(x, W, mu, sigma2, m, n_masks, generator,
+                            lambda x, mu, S, M: _conditional_logp(x, mu, S, M).mean(-1).mean())
+
+
+def test_reference_score_is_correct():
+    """Guard for the tests below: the helper they perturb passes the check itself."""
+    ref.check_masked_score(ref_score)
+
+
+@pytest.mark.parametrize("name", sorted(WRONG_OBJECTIVES))
+def test_wrong_objectives_miss_by_a_wide_margin(name):
+    """Each mistake lands at least 10 SE from log p(x) on the check's own problem, so the 3-SE test
+    separates it from Monte-Carlo noise with room to spare; and the check rejects it."""
+    W, mu, sigma2 = ref.random_ppca(6, 2, 0.1, seed=51)
+    x = ref.ppca_samples(W, mu, sigma2, 1, seed=61)[0]
+    _, _, _, z = ref.objective_matches_log_marginal(WRONG_OBJECTIVES[name], x, W, mu, sigma2, n_masks=100, seed=71)
+    assert z > 10, f"{name}: only {z:.1f} SE from log p(x)"
+    with pytest.raises(AssertionError):
+        ref.check_masked_pretraining_objective(WRONG_OBJECTIVES[name])
+
+
+# ------------------------------------------------------------------------------------------------
+# Input validation and the given helpers
+# ------------------------------------------------------------------------------------------------
+
+def test_bad_inputs_raise_clear_value_errors(sol):
+    W, mu, sigma2 = ref.random_ppca(4, 2, 0.5, seed=0)
+    S = _covariance(W, sigma2)
+    with pytest.raises(ValueError, match=r"\(4,\) or \(N, 4\)"):
+        sol["ppca_log_marginal"](torch.zeros(5, dtype=DTYPE), W, mu, sigma2)
+    with pytest.raises(ValueError, match="mu should be"):
+        sol["ppca_log_marginal"](torch.zeros(4, dtype=DTYPE), W, mu[:2], sigma2)
+    with pytest.raises(ValueError, match="repeated"):
+        sol["gaussian_conditional"](mu, S, torch.zeros(4, dtype=DTYPE), torch.tensor([1, 1]))
+    with pytest.raises(ValueError, match=r"\[0, 4\)"):
+        sol["gaussian_conditional"](mu, S, torch.zeros(4, dtype=DTYPE), torch.tensor([4]))
+    with pytest.raises(ValueError, match="between 1 and D"):
+        sol["masked_score"](torch.zeros(4, dtype=DTYPE), W, mu, sigma2, 0, 10)
+    with pytest.raises(ValueError, match="n_masks >= 2"):
+        sol["masked_score"](torch.zeros(4, dtype=DTYPE), W, mu, sigma2, 1, 1)
+
+
+def test_closed_form_ml_is_a_stationary_point_of_the_likelihood(sol):
+    """The notebook's Tipping-Bishop solution: zero gradient, and no random rotation does better."""
+    W_true, mu_true, sigma2 = ref.random_ppca(6, 2, 0.1, seed=8)
+    X = ref.ppca_samples(W_true, mu_true, sigma2, 300, seed=9)
+    W, mu, s2 = sol["ppca_closed_form_ml"](X, 2)
+    W = W.clone().requires_grad_(True)
+    log_s2 = torch.tensor(math.log(s2), dtype=DTYPE, requires_grad=True)
+    mu = mu.clone().requires_grad_(True)
+    loglik = sol["ppca_log_marginal"](X, W, mu, log_s2.exp()).mean()
+    loglik.backward()
+    for name, p in (("W", W), ("mu", mu), ("log sigma2", log_s2)):
+        assert p.grad.abs().max() < 1e-8, f"gradient wrt {name} at the ML solution: {p.grad}"
+    # Perturbing the solution lowers the likelihood.
+    g = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        W2 = W.detach() + 0.05 * torch.randn(W.shape, generator=g, dtype=DTYPE)
+        assert sol["ppca_log_marginal"](X, W2, mu.detach(), s2).mean() < loglik.detach()
+    angle = sol["largest_principal_angle_deg"](W.detach(), W.detach() @ torch.tensor([[0.0, 1.0], [-1.0, 0.0]],
+                                                                                        dtype=DTYPE))
+    assert angle == pytest.approx(0.0, abs=1e-5), "a rotation W -> W Q spans the same subspace"

@@ -1,0 +1,236 @@
+"""Fast checks of the grading pieces (no kernel, no nbgrader run): submission repair and tamper
+detection, collect's handling of archives, feedback sanitising, the sandbox command line, the
+comparison helpers under monkeypatching, and the mutant files."""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import json
+import math
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import RELEASE, SOLUTIONS
+from grader.mutants import answer_cells, load, notebooks_with_mutants, student_copy, validate
+
+STEM = "task1_infonce"
+
+
+@pytest.fixture(scope="module")
+def notebooks():
+    release = json.loads((RELEASE / f"{STEM}.ipynb").read_text())
+    solution = json.loads((SOLUTIONS / f"{STEM}.ipynb").read_text())
+    return release, solution
+
+
+def _gid(cell):
+    return (cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id")
+
+
+def _save(nb, path: Path) -> Path:
+    path.write_text(json.dumps(nb))
+    return path
+
+
+# ----------------------------------------------------------------------------- submissions
+def test_prepare_clean_copy_has_no_findings(notebooks, tmp_path):
+    from grader.submissions import INTEGRITY_TAG, prepare
+
+    release, solution = notebooks
+    prep = prepare(_save(student_copy(release, solution), tmp_path / "a.ipynb"), RELEASE / f"{STEM}.ipynb")
+    assert prep.tampered == [] and prep.notes == []
+    assert INTEGRITY_TAG in prep.notebook["cells"][-1]["metadata"]["tags"]
+
+
+def test_prepare_dedupes_and_flags_tampering(notebooks, tmp_path):
+    from grader.submissions import prepare
+
+    release, solution = notebooks
+    nb = student_copy(release, solution)
+    cells = nb["cells"]
+    answer = next(c for c in cells if _gid(c) == "nce_loss")
+    test = next(c for c in cells if _gid(c) == "test_info_nce_loss")
+    cells.insert(cells.index(answer), copy.deepcopy(answer))          # duplicated answer cell
+    cells.insert(cells.index(test), copy.deepcopy(test))              # duplicated test cell
+    test["source"] = "pass"                                           # edited test (the later copy)
+    cells.remove(next(c for c in cells if _gid(c) == "test_cosine_scores"))  # deleted test
+    fake = copy.deepcopy(answer)
+    fake["metadata"]["nbgrader"].update(grade_id="bonus_points", grade=True, points=100)
+    cells.append(fake)                                                # invented graded cell
+    prep = prepare(_save(nb, tmp_path / "b.ipynb"), RELEASE / f"{STEM}.ipynb")
+    ids = [_gid(c) for c in prep.notebook["cells"] if _gid(c)]
+    assert len(ids) == len(set(ids)), "grade_ids must be unique after preparing"
+    assert ids.count("nce_loss") == 1 and ids.count("test_info_nce_loss") == 1
+    text = "; ".join(prep.tampered + prep.notes)
+    assert "answer cell nce_loss appears 2 times" in text
+    assert "deleted test cell test_cosine_scores" in text
+    assert "unknown graded cell 'bonus_points'" in text
+    cell_ids = [c.get("id") for c in prep.notebook["cells"]]
+    assert len(cell_ids) == len(set(cell_ids))
+
+
+@pytest.mark.parametrize("content,why", [(b"{not json", "not a valid notebook"), (b"", "not a valid notebook"),
+                                         (b'{"cells": 3, "nbformat": 4}', None)])
+def test_prepare_rejects_broken_files(tmp_path, content, why):
+    from grader.submissions import Unreadable, prepare
+
+    path = tmp_path / "x.ipynb"
+    path.write_bytes(content)
+    with pytest.raises(Unreadable, match=why):
+        prepare(path, RELEASE / f"{STEM}.ipynb")
+
+
+# ----------------------------------------------------------------------------- collect
+def test_collect_handles_zips_folders_and_loose_files(notebooks, tmp_path):
+    from grader.collect import collect
+    from grader.course import Course
+
+    release, solution = notebooks
+    data = json.dumps(student_copy(release, solution)).encode()
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    with zipfile.ZipFile(inbox / "s1.zip", "w") as zf:
+        zf.writestr(f"../../escape/{STEM}.ipynb", data)                  # path tricks go nowhere
+        zf.writestr(f"old/{STEM} (1).ipynb", data)
+    with zipfile.ZipFile(inbox / "s2.zip", "w") as zf:
+        zf.writestr("notes.txt", b"no notebook here")
+    (inbox / "s3.zip").write_bytes(b"garbage")
+    (inbox / "s4" / "deep" / "er").mkdir(parents=True)
+    (inbox / "s4" / "deep" / "er" / f"{STEM}-Copy1.ipynb").write_bytes(data)
+    (inbox / f"s5__{STEM}.ipynb").write_bytes(data)
+    (inbox / "bad id!.zip").write_bytes(data)
+    course = Course(grading=tmp_path / "grading", source=SOLUTIONS)
+    results = {r.student: r for r in collect(course, inbox)}
+    assert STEM in results["s1"].notebooks and "took the newest" in "; ".join(results["s1"].problems)
+    assert results["s2"].unreadable and "no assignment notebook" in results["s2"].problems[-1]
+    assert results["s3"].unreadable and "cannot open s3.zip" in results["s3"].problems[0]
+    assert STEM in results["s4"].notebooks and STEM in results["s5"].notebooks
+    assert results["bad id!"].unreadable
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "grading" / "escape").exists()
+    for s in ("s1", "s4", "s5"):
+        assert (course.folder("submitted", s) / f"{STEM}.ipynb").read_bytes() == data
+
+
+# ----------------------------------------------------------------------------- feedback
+def test_sanitise_removes_hidden_tests_tracebacks_and_integrity_cell(notebooks):
+    from grader.feedback import PLACEHOLDER, hidden_lines, leaks_in, sanitise
+    from grader.course import Course
+
+    _, solution = notebooks
+    nb = copy.deepcopy(solution)
+    test = next(c for c in nb["cells"] if _gid(c) == "test_info_nce_loss")
+    test["outputs"] = [{"output_type": "error", "ename": "AssertionError", "evalue": "InfoNCE is off",
+                        "traceback": ["File /repo/grader/checks/task1_infonce.py:60", "_ref_info_nce(scores)"]}]
+    nb["cells"].append({"cell_type": "code", "metadata": {"tags": ["las-integrity"]}, "outputs": [], "source": "x"})
+    out = sanitise(nb)
+    text = json.dumps(out)
+    assert PLACEHOLDER.strip() in text and "HIDDEN TESTS" not in text
+    assert "_ref_info_nce" not in text and "InfoNCE is off" in text
+    assert "las-integrity" not in text
+    lines = hidden_lines(Course(source=SOLUTIONS))[STEM]
+    assert lines and not leaks_in(text, lines)
+    assert leaks_in(json.dumps(solution), lines)
+
+
+# ----------------------------------------------------------------------------- sandbox
+def test_sandbox_binds_only_what_notebooks_need(tmp_path, monkeypatch):
+    from grader import ROOT
+    from grader.sandbox import bwrap_command, describe
+
+    monkeypatch.setenv("SECRET_TOKEN", "hunter2")
+    cmd = bwrap_command({"workdir": str(tmp_path)}, str(tmp_path / "k.json"), "/tmp/x/autograded/s/ex01")
+    bound = [cmd[i + 2] for i, a in enumerate(cmd) if a in ("--ro-bind", "--bind")]
+    for forbidden in ("solutions", "grading", "grader/mutants", "tests"):
+        assert not any(p.startswith(str(ROOT / forbidden)) for p in bound), forbidden
+    assert str(ROOT) not in bound, "the whole repository must not be visible"
+    assert "--unshare-all" in cmd and "--clearenv" in cmd and "hunter2" not in " ".join(cmd)
+    off = describe({"network": False, "filesystem": False, "memory": True, "bwrap": False, "overlay": False})
+    assert "REACHABLE" in off and "NOT isolated" in off
+
+
+# ----------------------------------------------------------------------------- comparison hacks
+def test_checks_survive_monkeypatched_builtins_and_torch(monkeypatch):
+    from grader.checks._common import assert_close, assert_tensor
+
+    monkeypatch.setattr(builtins, "abs", lambda x: 0.0)
+    monkeypatch.setattr(math, "isfinite", lambda x: True)
+    monkeypatch.setattr(torch, "allclose", lambda *a, **k: True)
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: [0.0])
+    with pytest.raises(AssertionError):
+        assert_close(torch.tensor([1.0, 2.0]), [1.0, 3.0])
+    with pytest.raises(AssertionError):
+        assert_close(torch.tensor([float("nan")]), [1.0])
+
+    class Liar(torch.Tensor):
+        def __eq__(self, other):
+            return True
+
+    with pytest.raises(AssertionError, match="own __eq__"):
+        assert_tensor(torch.zeros(()).as_subclass(Liar))
+    with pytest.raises(AssertionError, match="torch.Tensor"):
+        assert_tensor(object())
+
+
+def test_integrity_report_names_replaced_functions(monkeypatch, capsys):
+    from grader import kernel
+
+    monkeypatch.setattr(kernel, "_PRISTINE", {})
+    kernel._snapshot()
+    assert kernel.integrity_report() == []
+    monkeypatch.setattr(torch, "allclose", lambda *a, **k: True)
+    import grader.checks.task1_infonce as checks
+
+    monkeypatch.setattr(checks, "check_info_nce_loss", lambda f: None)
+    changed = kernel.integrity_report()
+    assert "torch.allclose" in changed and "grader.checks.task1_infonce.check_info_nce_loss" in changed
+    assert kernel.INTEGRITY_MARKER in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- mutants
+@pytest.mark.parametrize("stem", notebooks_with_mutants())
+def test_mutant_file_follows_the_format(stem):
+    assert validate(stem) == []
+
+
+def _run_checks(namespace: dict) -> list[str]:
+    import grader.checks.task1_infonce as ck
+
+    calls = {
+        "info_nce_loss": lambda: ck.check_info_nce_loss(namespace["info_nce_loss"]),
+        "nce_loss": lambda: ck.check_nce_loss(namespace["nce_loss"]),
+        "cosine_scores": lambda: ck.check_cosine_scores(namespace["cosine_scores"]),
+        "mi_functions": lambda: (ck.check_gaussian_mi(namespace["gaussian_mutual_information"]),
+                                 ck.check_mi_lower_bound(namespace["infonce_mi_lower_bound"])),
+        "n_pair_loss": lambda: ck.check_n_pair_loss(namespace["n_pair_loss"], namespace["info_nce_loss"]),
+    }
+    failed = []
+    for name, call in calls.items():
+        try:
+            call()
+        except Exception:  # noqa: BLE001 - any failure is a lost test
+            failed.append(name)
+    return failed
+
+
+def test_task1_hidden_checks_kill_every_mutant_in_process(notebooks):
+    """The same hidden checks the autograde runs, called in-process on each mutant (fast); the real
+    autograde of every mutant is `python -m grader mutants --notebook task1_infonce`."""
+    import torch.nn.functional as F  # noqa: N812
+    import numpy as np
+
+    _, solution = notebooks
+    cells = answer_cells(solution)
+
+    def namespace(mutant=None):
+        ns = {"math": math, "torch": torch, "F": F, "np": np}
+        for gid, src in cells.items():
+            exec(src.replace(mutant.find, mutant.replace, 1) if mutant and mutant.cell == gid else src, ns)
+        return ns
+
+    assert _run_checks(namespace()) == []
+    survivors = [m.name for m in load(STEM) if not _run_checks(namespace(m))]
+    assert survivors == [], f"mutants no hidden check catches: {survivors}"

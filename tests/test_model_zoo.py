@@ -1,0 +1,194 @@
+"""The miniature Pythia suite (utils/model_zoo.py) and the one loading path (utils/lm.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+from conftest_lm import micro_suite  # noqa: F401  (session fixture; also usable by other files)
+from utils import lm, model_zoo
+from utils.lm import HubUnavailableError, load_causal_lm, load_masked_lm, load_tokenizer, suite_manifest
+from utils.model_zoo import SUITES, ModelSize, load_corpus
+
+VOCAB_ROWS = 50304
+
+
+@pytest.fixture(scope="module")
+def manifest(micro_suite):  # noqa: F811
+    return json.loads((micro_suite / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_corpus(SUITES["micro"])
+
+
+# ------------------------------------------------------------------------------------ tokenizer
+def test_tokenizer_is_pythias():
+    tok = load_tokenizer()
+    assert len(tok) == 50277
+    assert tok.eos_token_id == 0 and tok.convert_ids_to_tokens(0) == "<|endoftext|>"
+    assert tok.pad_token is None, "Pythia's tokenizer has no pad token"
+    ids = tok("Hello world")["input_ids"]
+    assert ids == [12092, 1533], f"no BOS must be added and the BPE must be GPT-NeoX's, got {ids}"
+    masked = load_tokenizer(with_mask_token=True)
+    assert masked.mask_token == "<|mask|>" and masked.mask_token_id == 50277 < VOCAB_ROWS
+    assert 50277 in masked("a <|mask|> b")["input_ids"]
+
+
+# ---------------------------------------------------------------------------------- suite layout
+def test_micro_suite_layout_and_manifest(micro_suite, manifest):  # noqa: F811
+    recipe = SUITES["micro"]
+    steps = manifest["steps"]
+    assert steps[0] == 0 and steps[-1] == recipe.total_steps
+    log_part = [s for s in steps if 0 < s <= recipe.log_steps_until]
+    assert log_part == [2**k for k in range(len(log_part))], f"log-spaced part wrong: {steps}"
+    even_part = [s for s in steps if s > recipe.log_steps_until]
+    assert all(b - a == recipe.checkpoint_every for a, b in zip(even_part, even_part[1:]))
+    assert manifest["tokens_per_step"] == recipe.batch_size * recipe.context
+    assert len(manifest["models"]) == len(recipe.sizes)
+    for entry in manifest["models"]:
+        for step in steps:
+            folder = micro_suite / entry["name"] / f"step{step}"
+            assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+    assert (micro_suite / "mini-bert" / "config.json").is_file()
+
+
+def test_parameter_counts_and_pythia_architecture(manifest):
+    counts = []
+    for entry in manifest["models"]:
+        model, _ = load_causal_lm(entry["name"], 0, suite="micro")
+        cfg = model.config
+        assert type(model).__name__ == "GPTNeoXForCausalLM"
+        assert cfg.vocab_size == VOCAB_ROWS and cfg.rope_parameters["partial_rotary_factor"] == 0.25
+        assert cfg.use_parallel_residual is True and cfg.tie_word_embeddings is False
+        total = sum(p.numel() for p in model.parameters())
+        embedding = model.get_input_embeddings().weight.numel() + model.get_output_embeddings().weight.numel()
+        assert entry["total_params"] == total
+        assert entry["non_embedding_params"] == total - embedding
+        assert not model.training and next(model.parameters()).dtype == torch.float32
+        counts.append(total - embedding)
+    assert counts == sorted(counts) and len(set(counts)) == len(counts)
+
+
+# ----------------------------------------------------------------------------------- round trip
+def test_from_pretrained_round_trips_bit_for_bit(micro_suite, manifest, tmp_path):  # noqa: F811
+    name = manifest["models"][-1]["name"]
+    step = manifest["steps"][-2]
+    model, _ = load_causal_lm(name, step, suite="micro")
+    stored = load_file(micro_suite / name / f"step{step}" / "model.safetensors")
+    state = model.state_dict()
+    # Every stored tensor comes back exactly (names may be remapped by transformers: match by values).
+    assert sum(t.numel() for t in stored.values()) == sum(p.numel() for p in model.parameters())
+    for key, tensor in stored.items():
+        same = state.get(key)
+        if same is None:  # a renamed key (e.g. embed_out -> lm_head): find it by shape and value
+            same = next((t for t in state.values() if t.shape == tensor.shape and torch.equal(t, tensor)), None)
+        assert same is not None and torch.equal(same, tensor), key
+    model.save_pretrained(tmp_path / "again")
+    again = type(model).from_pretrained(tmp_path / "again")
+    for key, value in state.items():
+        assert torch.equal(value, again.state_dict()[key]), key
+
+
+def test_recorded_losses_are_those_of_the_full_vocabulary_model(manifest, corpus):
+    """The grouped-vocabulary training computes exactly the full 50,304-way softmax loss."""
+    recipe = SUITES["micro"]
+    entry = manifest["models"][1]
+    for step in manifest["steps"][:1] + manifest["steps"][-2:-1]:  # intermediate steps score eval_windows
+        model, _ = load_causal_lm(entry["name"], step, suite="micro")
+        windows = corpus.held_out[:recipe.eval_windows]
+        with torch.no_grad():
+            logits = model(input_ids=windows[:, :-1]).logits
+        assert logits.shape[-1] == VOCAB_ROWS
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB_ROWS), windows[:, 1:].reshape(-1))
+        assert float(loss) == pytest.approx(entry["training"]["held_out_loss"][str(step)], abs=1e-4)
+    # step 0 is an untrained model: close to the uniform distribution over the full vocabulary.
+    assert entry["training"]["held_out_loss"]["0"] == pytest.approx(math.log(VOCAB_ROWS), abs=0.2)
+
+
+def test_larger_micro_models_reach_lower_loss(manifest):
+    tail = 16
+    train = [sum(m["training"]["train_loss"][-tail:]) / tail for m in manifest["models"]]
+    held = [m["training"]["final_held_out_loss"] for m in manifest["models"]]
+    assert all(a > b for a, b in zip(train, train[1:])), f"training loss not falling with size: {train}"
+    assert all(a > b for a, b in zip(held, held[1:])), f"held-out loss not falling with size: {held}"
+    assert held[-1] < math.log(VOCAB_ROWS) - 2, "the largest micro model learned almost nothing"
+
+
+def test_mini_bert_predicts_masked_tokens(manifest, corpus):
+    model, tok = load_masked_lm("mini-bert", suite="micro")
+    assert type(model).__name__ == "BertForMaskedLM" and model.config.vocab_size == VOCAB_ROWS
+    assert tok.mask_token_id == manifest["bert"]["mask_token_id"] == 50277
+    windows = corpus.held_out[:8, :-1]
+    g = torch.Generator().manual_seed(5)
+    chosen = torch.rand(windows.shape, generator=g) < 0.15
+    inputs = windows.masked_fill(chosen, tok.mask_token_id)
+    with torch.no_grad():
+        logits = model(input_ids=inputs).logits
+    loss = F.cross_entropy(logits[chosen], windows[chosen])
+    assert float(loss) < math.log(VOCAB_ROWS) - 2, f"mini-bert is not clearly better than chance: {float(loss)}"
+
+
+# ------------------------------------------------------------------------------------ bad input
+def test_unknown_local_names_and_steps_are_refused(manifest):
+    with pytest.raises(ValueError, match="has no model"):
+        load_causal_lm("mini-pythia-999m", suite="micro")
+    with pytest.raises(ValueError, match="no checkpoint at step 3"):
+        load_causal_lm(manifest["models"][0]["name"], 3, suite="micro")
+    with pytest.raises(ValueError, match="float16"):
+        load_causal_lm(manifest["models"][0]["name"], dtype=torch.float16, suite="micro")
+
+
+# ------------------------------------------------------------------------------------ offline hub
+def test_hub_name_offline_raises_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert lm.hub_available() is False
+    with pytest.raises(HubUnavailableError, match=r"mini-pythia-<size>.*MODEL_SUITE = 'mini'") as info:
+        load_causal_lm("EleutherAI/pythia-70m", step=7)  # step7 is no Pythia revision: never cached
+    assert "EleutherAI/pythia-70m could not be downloaded (HF_HUB_OFFLINE is set)" in str(info.value)
+    assert isinstance(info.value, RuntimeError)
+    with pytest.raises(HubUnavailableError, match="mini-bert"):
+        load_masked_lm("bert-base-uncased-not-cached-anywhere")
+
+
+def test_hub_unreachable_without_offline_flag_fails_fast(monkeypatch):
+    # A closed local port stands for "no network", also on a CI machine that has one.
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    assert lm.hub_available(timeout=1.0) is False
+    with pytest.raises(HubUnavailableError, match="no connection to huggingface.co.*mini-pythia-<size>"):
+        load_causal_lm("EleutherAI/pythia-70m", step=7)
+
+
+# --------------------------------------------------------------------------- caching, determinism
+def test_cache_is_keyed_on_the_recipe_and_builds_are_deterministic(monkeypatch, tmp_path):
+    tiny = dataclasses.replace(
+        SUITES["micro"], sizes=(ModelSize(8, 1, 1, 5e-3),), total_steps=4, log_steps_until=2,
+        checkpoint_every=2, bert=ModelSize(8, 1, 1, 5e-3), bert_steps=2, eval_windows=2,
+    )
+    monkeypatch.setenv("LAS_BUILD_DIR", str(tmp_path))
+    monkeypatch.setitem(SUITES, "tiny", tiny)
+    folder = model_zoo.build("tiny", progress=False)
+    name = suite_manifest("tiny", build=False)["models"][0]["name"]
+    weights = folder / name / "step4" / "model.safetensors"
+    first = load_file(weights)
+    stamp = weights.stat().st_mtime_ns
+    assert model_zoo.build("tiny", progress=False) == folder
+    assert weights.stat().st_mtime_ns == stamp, "an unchanged recipe must not retrain"
+    model_zoo.build("tiny", force=True, progress=False)
+    second = load_file(weights)
+    assert all(torch.equal(first[k], second[k]) for k in first), "seeded builds must be bit-identical"
+    bert_stamp = (folder / "mini-bert" / "model.safetensors").stat().st_mtime_ns
+    monkeypatch.setitem(SUITES, "tiny", dataclasses.replace(tiny, sizes=(ModelSize(8, 1, 1, 1e-3),)))
+    model_zoo.build("tiny", progress=False)
+    third = load_file(weights)
+    assert not all(torch.equal(first[k], third[k]) for k in first), "a changed recipe must retrain"
+    assert (folder / "mini-bert" / "model.safetensors").stat().st_mtime_ns == bert_stamp

@@ -1,0 +1,284 @@
+"""One loading path for real Pythia models (Hugging Face hub) and the pack's miniature suite.
+
+    model, tokenizer = load_causal_lm("EleutherAI/pythia-70m", step=1000)   # hub, revision "step1000"
+    model, tokenizer = load_causal_lm("mini-pythia-6.5m", step=256)          # local miniature suite
+
+Both return a ``GPTNeoXForCausalLM`` in eval mode (fp32 by default) and the same GPT-NeoX-20B
+tokenizer, so losses are nats per token over the same vocabulary. A hub name never turns silently
+into a miniature model: without a connection the loader raises :class:`HubUnavailableError`,
+whose message says how to choose the miniature suite instead.
+
+Pythia's traps, handled here or documented for the caller:
+  * fp16 gives inf/NaN logits: load fp32 (default), or bf16 weights and take log-softmax in fp32;
+  * the tokenizer has NO pad token: batch with ``tokenizer.eos_token_id`` as padding and mask the
+    padded positions out of the labels (-100) and the attention mask;
+  * no BOS token is added by default (``tokenizer("text")`` returns only the text's ids).
+
+Build the suite from a shell with ``python -m utils.lm build [default|micro] [--force]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import threading
+from pathlib import Path
+
+import torch
+
+from .paths import DATA_DIR
+
+TOKENIZER_DIR = DATA_DIR / "tokenizer" / "gpt-neox-20b"
+HUB_HOST = "huggingface.co"
+
+#: Pythia's sizes on the hub (Task B's real suite) and its 154 checkpoint steps.
+PYTHIA_MODELS = tuple(f"EleutherAI/pythia-{s}" for s in ("14m", "31m", "70m", "160m", "410m", "1b", "1.4b",
+                                                          "2.8b", "6.9b", "12b"))
+PYTHIA_STEPS = (0,) + tuple(2**k for k in range(10)) + tuple(range(1000, 143001, 1000))
+
+_LOCAL_CAUSAL = re.compile(r"^mini-pythia-[0-9.]+m$")
+
+
+class HubUnavailableError(RuntimeError):
+    """A hub model was requested but huggingface.co cannot be reached (and it is not cached)."""
+
+
+# ------------------------------------------------------------------------------------ tokenizer
+def load_tokenizer(*, with_mask_token: bool = False):
+    """The GPT-NeoX-20B tokenizer that every Pythia model uses, from data/tokenizer/gpt-neox-20b.
+
+    eos = bos = unk = ``"<|endoftext|>"`` (id 0), as in Pythia's tokenizer_config; NO pad token and
+    no BOS added when encoding. ``with_mask_token=True`` registers ``"<|mask|>"`` as the mask token
+    (id 50277, the first free row of the 50,304-row padded embedding) for mini-bert.
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    path = TOKENIZER_DIR / "tokenizer.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: the pack's data/ folder is incomplete (re-clone?)")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_file=str(path),
+        eos_token="<|endoftext|>",
+        bos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        model_max_length=2048,
+        clean_up_tokenization_spaces=False,
+    )
+    if with_mask_token:
+        from .model_zoo import MASK_TOKEN
+
+        tokenizer.add_special_tokens({"mask_token": MASK_TOKEN})
+    return tokenizer
+
+
+# ------------------------------------------------------------------------------------------ hub
+def _hub_offline_by_env() -> bool:
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def hub_available(timeout: float = 2.0) -> bool:
+    """True when huggingface.co (or ``$HF_ENDPOINT``) accepts a TCP connection within ``timeout``
+    seconds; False when ``HF_HUB_OFFLINE`` is set. Never waits longer than ``timeout``, DNS included."""
+    if _hub_offline_by_env():
+        return False
+    import socket
+    from urllib.parse import urlparse
+
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", f"https://{HUB_HOST}"))
+    host, port = endpoint.hostname or HUB_HOST, endpoint.port or (443 if endpoint.scheme != "http" else 80)
+    result = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            result.append(True)
+        except OSError:
+            result.append(False)
+
+    # getaddrinfo ignores socket timeouts; a daemon thread bounds the whole check.
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(result and result[0])
+
+
+def _offline_message(name: str, kind: str) -> str:
+    if kind == "causal":
+        fix = ("To run offline, use the miniature suite: load_causal_lm('mini-pythia-<size>') "
+               "(names: utils.lm.model_names('mini')), or set MODEL_SUITE = 'mini' in the notebook's "
+               "parameters cell. Build it with `python -m utils.lm build`.")
+    else:
+        fix = ("To run offline, use the miniature masked model: load_masked_lm('mini-bert'), "
+               "or set MODEL_SUITE = 'mini' in the notebook's parameters cell.")
+    why = "HF_HUB_OFFLINE is set" if _hub_offline_by_env() else f"no connection to {HUB_HOST}"
+    return f"{name} could not be downloaded ({why}) and is not in the local Hugging Face cache. {fix}"
+
+
+def _from_hub(cls, name: str, revision: str | None, kind: str, **kwargs):
+    """``cls.from_pretrained`` from the hub, or from the local HF cache when offline; raises
+    :class:`HubUnavailableError` when neither works. Fails in about 2 s without a network."""
+    online = hub_available()
+    try:
+        return cls.from_pretrained(name, revision=revision, local_files_only=not online, **kwargs)
+    except OSError as exc:  # transformers wraps connection and missing-cache errors in OSError
+        if online and "connect" not in str(exc).lower():
+            raise
+        raise HubUnavailableError(_offline_message(name, kind)) from exc
+    except Exception as exc:  # requests/httpx connection errors that escape the wrapper
+        if "connect" in type(exc).__name__.lower() or "timeout" in type(exc).__name__.lower():
+            raise HubUnavailableError(_offline_message(name, kind)) from exc
+        raise
+
+
+# ------------------------------------------------------------------------------ miniature suite
+def build_suite(suite: str = "default", *, force: bool = False, progress: bool = True) -> Path:
+    """Train the miniature suite (or find it cached, keyed on a hash of its recipe, the corpus and
+    the tokenizer) under ``build/cache/model_zoo/<suite>/`` and return that folder.
+
+    ``"micro"`` (3 sizes, tests and the smoke preset) takes seconds; ``"default"`` (6 sizes and
+    mini-bert) about 6 minutes on 2 CPU cores. Only missing or changed models are retrained.
+    """
+    from .model_zoo import build
+
+    return build(suite, force=force, progress=progress)
+
+
+_CHECKED: set = set()  # suites whose cache this process has already validated
+
+
+def suite_manifest(suite: str = "default", *, build: bool = True) -> dict:
+    """The suite's manifest: ``models`` (name, d_model, n_layers, total_params,
+    non_embedding_params, training record with held-out losses), ``steps``, ``tokens_per_step``,
+    ``context``, ``data`` (corpus and held-out description) and ``bert``. Builds the suite when
+    it is missing (``build=False`` raises FileNotFoundError instead)."""
+    from .model_zoo import suite_dir
+
+    path = suite_dir(suite) / "manifest.json"
+    if build and (suite, path) not in _CHECKED:
+        build_suite(suite, progress=True)
+        _CHECKED.add((suite, path))
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: build the suite with `python -m utils.lm build {suite}`")
+    return json.loads(path.read_text())
+
+
+def model_names(model_suite: str = "mini", *, suite: str = "default") -> list[str]:
+    """Causal model names, smallest first: ``"pythia"`` -> the hub's EleutherAI/pythia-*, ``"mini"``
+    -> the miniature suite's mini-pythia-* (``suite`` picks default or micro)."""
+    if model_suite == "pythia":
+        return list(PYTHIA_MODELS)
+    if model_suite == "mini":
+        return [m["name"] for m in suite_manifest(suite)["models"]]
+    raise ValueError(f"model_suite must be 'pythia' or 'mini', got {model_suite!r}")
+
+
+def checkpoint_steps(name: str, *, suite: str = "default") -> list[int]:
+    """The steps at which ``name`` has a checkpoint (Pythia: 154 steps from 0 to 143,000)."""
+    if _LOCAL_CAUSAL.match(name):
+        return list(suite_manifest(suite)["steps"])
+    return list(PYTHIA_STEPS)
+
+
+def _local_folder(name: str, step: int | None, suite: str) -> Path:
+    manifest = suite_manifest(suite)
+    names = [m["name"] for m in manifest["models"]]
+    if name not in names:
+        raise ValueError(f"the {suite!r} miniature suite has no model {name!r}; it has {names}")
+    steps = manifest["steps"]
+    step = steps[-1] if step is None else step
+    if step not in steps:
+        raise ValueError(f"{name} has no checkpoint at step {step}; it has steps {steps}")
+    from .model_zoo import suite_dir
+
+    return suite_dir(suite) / name / f"step{step}"
+
+
+def load_causal_lm(name: str, step: int | None = None, *, suite: str = "default", dtype=torch.float32):
+    """Load a causal LM and its tokenizer; returns ``(model, tokenizer)``, model in eval mode.
+
+    name: ``"EleutherAI/pythia-70m"`` (or any hub causal LM; revision ``f"step{step}"``, or main
+    when step is None) or ``"mini-pythia-<size>"`` from the local ``suite`` (step None = final).
+    dtype: torch.float32 (default). torch.bfloat16 halves memory; then take log-softmax in fp32.
+    Never use float16 with Pythia (inf/NaN logits).
+
+    Raises HubUnavailableError (hub name, no connection, not cached) and ValueError (unknown
+    local name or step).
+    """
+    if dtype == torch.float16:
+        raise ValueError("float16 gives inf/NaN logits with Pythia; use torch.float32 or torch.bfloat16")
+    if name.startswith("mini-"):
+        from transformers import GPTNeoXForCausalLM
+
+        if not _LOCAL_CAUSAL.match(name):
+            raise ValueError(f"unknown miniature model {name!r}; names look like 'mini-pythia-6.5m' "
+                             f"(see utils.lm.model_names('mini'))")
+        from .model_zoo import quiet_transformers
+
+        with quiet_transformers():
+            model = GPTNeoXForCausalLM.from_pretrained(_local_folder(name, step, suite), dtype=dtype)
+        tokenizer = load_tokenizer()
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        revision = f"step{step}" if step is not None else None
+        model = _from_hub(AutoModelForCausalLM, name, revision, "causal", dtype=dtype)
+        tokenizer = _from_hub(AutoTokenizer, name, revision, "causal")
+    return model.eval(), tokenizer
+
+
+def load_masked_lm(name: str = "mini-bert", *, suite: str = "default"):
+    """Load a masked LM and its tokenizer; returns ``(model, tokenizer)``, model in eval mode, fp32.
+
+    ``"mini-bert"``: the suite's BertForMaskedLM with the GPT-NeoX tokenizer plus the mask token
+    ``"<|mask|>"`` (``tokenizer.mask_token_id == 50277``). It was trained on plain token windows
+    without [CLS]/[SEP]: score a text as ``tokenizer(text)["input_ids"]``, nothing added.
+    Any other name is loaded from the hub (e.g. ``"bert-base-uncased"``), raising
+    HubUnavailableError offline.
+    """
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, BertForMaskedLM
+
+    if name == "mini-bert":
+        from .model_zoo import suite_dir
+
+        suite_manifest(suite)  # builds the suite when missing
+        folder = suite_dir(suite) / "mini-bert"
+        from .model_zoo import quiet_transformers
+
+        with quiet_transformers():
+            model = BertForMaskedLM.from_pretrained(folder, dtype=torch.float32)
+        tokenizer = load_tokenizer(with_mask_token=True)
+    else:
+        model = _from_hub(AutoModelForMaskedLM, name, None, "masked", dtype=torch.float32)
+        tokenizer = _from_hub(AutoTokenizer, name, None, "masked")
+    return model.eval(), tokenizer
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m utils.lm build [default|micro] [--force]``: build a suite and print its manifest summary."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m utils.lm", description=main.__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="train (or reuse) the miniature suite")
+    b.add_argument("suite", nargs="?", default="default", choices=["default", "micro"])
+    b.add_argument("--force", action="store_true", help="retrain even when cached")
+    args = parser.parse_args(argv)
+    folder = build_suite(args.suite, force=args.force)
+    manifest = suite_manifest(args.suite, build=False)
+    print(f"suite {args.suite!r} in {folder}")
+    print(f"  {manifest['tokens_per_step']} tokens/step, steps {manifest['steps']}")
+    for m in manifest["models"]:
+        t = m["training"]
+        print(f"  {m['name']:<20} non-embedding {m['non_embedding_params']:>10,}  total {m['total_params']:>11,}  "
+              f"held-out loss {t['final_held_out_loss']:.3f} nats/token  ({t['train_tokens_per_second']:.0f} tok/s)")
+    bert = manifest["bert"]
+    print(f"  mini-bert            total {bert['total_params']:,}  held-out masked loss "
+          f"{bert['training']['held_out_masked_loss']:.3f} nats/token")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""Plumbing for Task B (Pythia scaling laws): the Pythia architectures, published constants,
+WikiText detokenisation as lm-evaluation-harness does it, a CSV results cache, a checkpoint
+sweep, the Chinchilla-style parametric fit and hub-cache clean-up.
+
+The ideas (counting parameters, evaluating a loss, fitting a power law) are the students' work in
+solutions/ex01/taskB_pythia_scaling.ipynb; this module only carries what surrounds them.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import math
+import re
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from .paths import DATA_DIR, cache_dir
+
+#: Tokens per optimiser step of every Pythia model: 1024 sequences x 2048 tokens.
+PYTHIA_TOKENS_PER_STEP = 2_097_152
+#: Pythia's last step (the ``main`` revision).
+PYTHIA_FINAL_STEP = 143_000
+#: The ten Pythia sizes, smallest first.
+PYTHIA_SIZES = ("14m", "31m", "70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b")
+#: Sizes evaluated by default online (a GPU evaluates all of them in minutes; downloads dominate).
+PYTHIA_DEFAULT_SIZES = ("14m", "31m", "70m", "160m", "410m", "1b", "1.4b")
+#: Opt-in sizes (2.8b: 5.6 GB, 6.9b: 13.8 GB, 12b: 23.7 GB per fp16 checkpoint).
+PYTHIA_OPT_IN_SIZES = ("2.8b", "6.9b", "12b")
+
+#: Published constants (see ../shared/REFERENCE.md for sources).
+KAPLAN = {"alpha_N": 0.076, "N_c": 8.8e13, "alpha_D": 0.095, "D_c": 5.4e13}
+MICHAUD_ALPHA = 0.083  # Michaud et al. 2023, Pythia (v0) on the Pile, L proportional to N^-0.083
+HOFFMANN = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
+BESIROGLU = {"E": 1.82, "A": 482.0, "B": 2085.4, "alpha": 0.348, "beta": 0.366}
+#: WikiText-2 word perplexity, lm-evaluation-harness, Pythia v0 models at the final step.
+PUBLISHED_WIKITEXT_WORD_PERPLEXITY = {"160m": 32.1, "410m": 22.5, "1.4b": 16.5, "6.9b": 12.30, "12b": 11.36}
+
+_CONFIG_FILE = DATA_DIR / "pythia_configs.json"
+
+
+# ------------------------------------------------------------------------------- architectures
+def pythia_size(name: str) -> str:
+    """``"EleutherAI/pythia-70m"``, ``"pythia-70m"`` or ``"70m"`` -> ``"70m"`` (checked)."""
+    size = name.rsplit("/", 1)[-1].removeprefix("pythia-").removesuffix("-deduped")
+    if size not in PYTHIA_SIZES:
+        raise ValueError(f"unknown Pythia size {name!r}; choose one of {PYTHIA_SIZES}")
+    return size
+
+
+def pythia_config(name: str):
+    """The ``GPTNeoXConfig`` of a Pythia model, from data/pythia_configs.json (no network).
+
+    Matches the hub's config.json in every field that shapes a parameter.
+    """
+    from transformers import GPTNeoXConfig
+
+    table = json.loads(_CONFIG_FILE.read_text(encoding="utf-8"))
+    fields = dict(table["models"][f"pythia-{pythia_size(name)}"])
+    fields.pop("non_embedding_params")
+    return GPTNeoXConfig(**table["shared"], **fields, intermediate_size=4 * fields["hidden_size"])
+
+
+def published_non_embedding_params(name: str) -> int:
+    """The Pythia paper's non-embedding parameter count of a size (as stored in the config file)."""
+    table = json.loads(_CONFIG_FILE.read_text(encoding="utf-8"))
+    return int(table["models"][f"pythia-{pythia_size(name)}"]["non_embedding_params"])
+
+
+def context_length(config) -> int:
+    """The context length lm-evaluation-harness uses for a model config (its first of
+    ``n_positions``, ``max_position_embeddings``, ``n_ctx``; 2048 if none)."""
+    for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
+        value = getattr(config, attr, None)
+        if value:
+            return int(value)
+    return 2048
+
+
+# ------------------------------------------------------------------------------------- text
+def wikitext_detokenize(page: str) -> str:
+    """Undo WikiText's tokenisation (`` @-@ ``, spaces before punctuation) exactly as
+    lm-evaluation-harness's ``wikitext`` task does before scoring a page."""
+    s = page.replace("s '", "s'")
+    s = re.sub(r"/' [0-9]/", r"/'[0-9]/", s)
+    s = s.replace(" @-@ ", "-").replace(" @,@ ", ",").replace(" @.@ ", ".")
+    for p in (":", ";", ".", "!", "?", ","):
+        s = s.replace(f" {p} ", f"{p} ")
+    s = re.sub(r"\(\s*([^\)]*?)\s*\)", r"(\1)", s)
+    s = re.sub(r"\[\s*([^\]]*?)\s*\]", r"[\1]", s)
+    s = re.sub(r"{\s*([^}]*?)\s*}", r"{\1}", s)
+    s = re.sub(r"\"\s*([^\"]*?)\s*\"", r'"\1"', s)
+    s = re.sub(r"'\s*([^']*?)\s*'", r"'\1'", s)
+    s = s.replace("= = = =", "====").replace("= = =", "===").replace("= =", "==")
+    s = s.replace(" " + chr(176) + " ", chr(176))
+    s = s.replace(" \n", "\n").replace("\n ", "\n")
+    s = s.replace(" N ", " 1 ").replace(" 's", "'s")
+    return s
+
+
+def text_id(name: str, documents: Iterable[str]) -> str:
+    """A short, content-derived key for a list of documents, e.g. ``"wikitext-2-test-3f9a1c2b7d"``."""
+    digest = hashlib.sha256("\x1e".join(documents).encode("utf-8")).hexdigest()[:10]
+    return f"{name}-{digest}"
+
+
+# ------------------------------------------------------------------------------ results cache
+RESULT_COLUMNS = [
+    "model", "step", "text_id", "params", "non_embedding_params", "loglikelihood", "tokens",
+    "words", "bytes", "nll_per_token", "bits_per_byte", "word_perplexity", "seconds", "device",
+]
+
+
+def results_path(name: str = "results.csv") -> Path:
+    """``build/cache/taskB/<name>``: one row per (model, step, text_id)."""
+    return cache_dir("taskB") / name
+
+
+def load_results(path: Path | None = None):
+    """The results cache as a pandas DataFrame (empty, with the right columns, if absent)."""
+    import pandas as pd
+
+    path = Path(path or results_path())
+    if not path.is_file():
+        return pd.DataFrame(columns=RESULT_COLUMNS)
+    return pd.read_csv(path)
+
+
+def _append_result(row: dict, path: Path) -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame([{k: row.get(k) for k in RESULT_COLUMNS}])
+    frame.to_csv(path, mode="a", header=not path.is_file(), index=False)
+
+
+def evaluate_checkpoints(
+    evaluate_fn: Callable,
+    count_fn: Callable,
+    load_fn: Callable,
+    models: list[str],
+    steps: Callable[[str], list[int]] | list[int],
+    *,
+    documents: list[str],
+    original_documents: list[str] | None = None,
+    text_key: str,
+    cache: Path | None = None,
+    recompute: bool = False,
+    after_each: Callable[[str, int], None] | None = None,
+    progress: bool = True,
+    **evaluate_kwargs,
+):
+    """Evaluate every (model, step) on the documents, reusing cached rows.
+
+    ``evaluate_fn(model, tokenizer, documents, original_documents=..., **evaluate_kwargs)`` and
+    ``count_fn(model) -> (total, non_embedding)`` are the notebook's functions;
+    ``load_fn(name, step) -> (model, tokenizer)`` loads a checkpoint; ``steps`` is a list or a
+    function of the model name; ``after_each(name, step)`` runs after a fresh evaluation (e.g.
+    to delete the downloaded checkpoint). ``cache=None`` disables caching.
+
+    Returns a DataFrame with one row per (model, step), columns :data:`RESULT_COLUMNS`.
+    """
+    import pandas as pd
+    import torch
+    from tqdm.auto import tqdm
+    from transformers.utils import logging as hf_logging
+
+    cached = load_results(cache) if cache is not None else pd.DataFrame(columns=RESULT_COLUMNS)
+    cached = cached[cached["text_id"] == text_key] if len(cached) else cached
+    done = {(r.model, int(r.step)): r._asdict() for r in cached.itertuples(index=False)}
+    jobs = [(m, int(s)) for m in models for s in (steps(m) if callable(steps) else steps)]
+    rows = []
+    bar = tqdm(jobs, desc="checkpoints", unit="ckpt", disable=not progress)
+    for name, step in bar:
+        bar.set_postfix_str(f"{name} step {step}")
+        if not recompute and (name, step) in done:
+            rows.append(done[(name, step)])
+            continue
+        hf_logging.disable_progress_bar()  # one bar per checkpoint load would bury the sweep's bar
+        try:
+            model, tokenizer = load_fn(name, step)
+        finally:
+            hf_logging.enable_progress_bar()
+        total, non_embedding = count_fn(model)
+        start = time.perf_counter()
+        result = evaluate_fn(model, tokenizer, documents, original_documents=original_documents,
+                             progress=False, **evaluate_kwargs)
+        row = {"model": name, "step": step, "text_id": text_key, "params": int(total),
+               "non_embedding_params": int(non_embedding), **result,
+               "seconds": time.perf_counter() - start, "device": str(next(model.parameters()).device)}
+        rows.append(row)
+        if cache is not None:
+            _append_result(row, Path(cache))
+        del model
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        if after_each is not None:
+            after_each(name, step)
+    return pd.DataFrame(rows, columns=RESULT_COLUMNS)
+
+
+def delete_hub_revision(repo_id: str, revision: str) -> int:
+    """Delete one downloaded revision (e.g. ``"step1000"``) of a hub model from the local
+    Hugging Face cache; returns the bytes freed (0 if it was not cached)."""
+    from huggingface_hub import scan_cache_dir
+
+    hashes = [rev.commit_hash
+              for repo in scan_cache_dir().repos if repo.repo_id == repo_id
+              for rev in repo.revisions if revision in rev.refs or rev.commit_hash == revision]
+    if not hashes:
+        return 0
+    strategy = scan_cache_dir().delete_revisions(*hashes)
+    strategy.execute()
+    return int(strategy.expected_freed_size)
+
+
+# ------------------------------------------------------------------------------ scaling fits
+def lower_envelope(compute, loss) -> tuple[np.ndarray, np.ndarray]:
+    """The best loss reached with at most a given compute: points sorted by compute with a
+    running minimum of the loss. ``[n]`` arrays in, two ``[n]`` arrays out."""
+    compute, loss = np.asarray(compute, float), np.asarray(loss, float)
+    order = np.argsort(compute)
+    return compute[order], np.minimum.accumulate(loss[order])
+
+
+def chinchilla_loss(params: dict, N, D):
+    """L(N, D) = E + A / N^alpha + B / D^beta."""
+    N, D = np.asarray(N, float), np.asarray(D, float)
+    return params["E"] + params["A"] / N ** params["alpha"] + params["B"] / D ** params["beta"]
+
+
+def fit_chinchilla(N, D, L, *, huber_delta: float = 1e-3) -> dict:
+    """Fit L(N, D) = E + A / N^alpha + B / D^beta as Hoffmann et al. (2022) do: Huber loss
+    (delta 1e-3) on log L against log of the sum, written as a log-sum-exp of
+    ``a - alpha log N``, ``b - beta log D``, ``e`` (A = e^a, B = e^b, E = e^e), minimised with
+    BFGS (analytic gradient) from a grid of starting points. ``[n]`` arrays in; a dict of the five constants out
+    (plus ``"objective"``)."""
+    from scipy.optimize import minimize
+    from scipy.special import huber, softmax
+
+    logN, logD, logL = (np.log(np.asarray(x, float)) for x in (N, D, L))
+    if not (len(logN) == len(logD) == len(logL)) or len(logL) < 6:
+        raise ValueError(f"need at least 6 matching (N, D, L) points, got {len(logN)}, {len(logD)}, {len(logL)}")
+
+    def objective(theta):
+        """Huber loss of the log-space residuals and its gradient (analytic: the fit runs 72 times)."""
+        a, b, e, alpha, beta = theta
+        terms = np.stack([a - alpha * logN, b - beta * logD, np.full_like(logN, e)])
+        top = terms.max(axis=0)
+        residual = top + np.log(np.exp(terms - top).sum(axis=0)) - logL
+        weights = softmax(terms, axis=0)  # d logsumexp / d term
+        slope = np.clip(residual, -huber_delta, huber_delta)  # d huber / d residual
+        grad = np.array([slope @ weights[0], slope @ weights[1], slope @ weights[2],
+                         -slope @ (weights[0] * logN), -slope @ (weights[1] * logD)])
+        return huber(huber_delta, residual).sum(), grad
+
+    best = None
+    for a0 in (2.0, 8.0):
+        for b0 in (2.0, 8.0):
+            for e0 in (-1.0, 0.5):
+                for alpha0 in (0.2, 0.5):
+                    for beta0 in (0.2, 0.5):
+                        res = minimize(objective, [a0, b0, e0, alpha0, beta0], method="BFGS", jac=True)
+                        if best is None or res.fun < best.fun:
+                            best = res
+    a, b, e, alpha, beta = best.x
+    return {"E": math.exp(e), "A": math.exp(a), "B": math.exp(b), "alpha": float(alpha),
+            "beta": float(beta), "objective": float(best.fun)}
+
+
+# ------------------------------------------------------------------------------ checkpoints
+def pick_steps(steps: Iterable[int], n: int) -> list[int]:
+    """About ``n`` checkpoint steps spread evenly in log(step) over ``steps`` (step 0 dropped,
+    the last step always kept), e.g. to sample the miniature suite like Pythia's list."""
+    steps = sorted(s for s in set(int(s) for s in steps) if s > 0)
+    if n >= len(steps):
+        return steps
+    targets = np.geomspace(steps[0], steps[-1], n)
+    picked = {min(steps, key=lambda s: abs(math.log(s) - math.log(t))) for t in targets}
+    return sorted(picked | {steps[-1]})
+
+
+def suite_key(manifest: dict) -> str:
+    """A cache key for a miniature suite build (its name and a hash of its models' records), so a
+    rebuilt suite never reuses results of the old one."""
+    digest = hashlib.sha256(json.dumps(manifest.get("models"), sort_keys=True).encode()).hexdigest()[:8]
+    return f"mini-{manifest.get('suite', '?')}-{digest}"

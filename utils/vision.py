@@ -1,0 +1,388 @@
+"""Plumbing for Task A (SimCLR on CIFAR-10): encoders, feature extraction, the training loop with
+checkpoint/resume, a supervised baseline, alignment/uniformity, t-SNE and the task's plots.
+
+Students implement the ideas in the notebook (augmentation, NT-Xent, projection head, one
+training step, linear probe, kNN); everything here only moves tensors around them.
+
+Conventions: images are ``uint8 [N, 3, H, W]`` (as :func:`utils.data.load_cifar10` returns them)
+or ``float [N, 3, H, W]`` in ``[0, 1]``; every encoder built here takes ``float`` images in
+``[0, 1]`` and normalises them itself, so augmentations never need to know the channel statistics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from .paths import cache_dir
+
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+
+
+# ------------------------------------------------------------------------------------- encoders
+class Normalize(nn.Module):
+    """``float [N, 3, H, W]`` in [0, 1] -> standardised with fixed per-channel mean and std."""
+
+    def __init__(self, mean=CIFAR10_MEAN, std=CIFAR10_STD):
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1))
+        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean.to(x.dtype)) / self.std.to(x.dtype)
+
+
+def _conv_bn_relu(c_in: int, c_out: int, stride: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)
+    )
+
+
+def small_cnn(widths: tuple[int, ...] = (32, 64, 128, 256)) -> nn.Sequential:
+    """A four-layer CNN for the CPU presets: ``[N, 3, H, W] -> [N, widths[-1]]``.
+
+    A 3x3 stride-1 convolution, then one stride-2 3x3 convolution per further width, each with
+    BatchNorm and ReLU, and global average pooling. About 0.4 M parameters with the defaults;
+    one 32x32 image costs about 15 M multiply-adds (ResNet-18 with the CIFAR stem: 560 M).
+    """
+    layers = [Normalize(), _conv_bn_relu(3, widths[0], 1)]
+    layers += [_conv_bn_relu(a, b, 2) for a, b in zip(widths[:-1], widths[1:])]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+    net = nn.Sequential(*layers)
+    net.feature_dim = widths[-1]
+    return net
+
+
+def resnet18_cifar() -> nn.Sequential:
+    """torchvision's ResNet-18 with the CIFAR stem: ``[N, 3, 32, 32] -> [N, 512]``.
+
+    The stem is a 3x3 stride-1 convolution without max-pooling (the ImageNet stem, 7x7 stride 2
+    plus max-pool, shrinks a 32x32 image to 8x8 before the first block and costs 5 to 15 points
+    of accuracy); the classifier is removed.
+    """
+    from torchvision.models import resnet18
+
+    net = resnet18(weights=None)
+    net.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    net.maxpool = nn.Identity()
+    net.fc = nn.Identity()
+    model = nn.Sequential(Normalize(), net)
+    model.feature_dim = 512
+    return model
+
+
+ENCODERS = {
+    "tiny_cnn": lambda: small_cnn((16, 32, 64, 128)),  # smoke preset: seconds on a CPU
+    "small_cnn": small_cnn,                              # cpu preset
+    "resnet18": resnet18_cifar,                          # gpu and full presets
+}
+
+
+def make_encoder(name: str, *, device: torch.device | str = "cpu", channels_last: bool = False) -> nn.Module:
+    """Build one of :data:`ENCODERS` on ``device`` (optionally in channels-last memory format,
+    which lets tensor-core convolutions skip layout conversions on a GPU)."""
+    if name not in ENCODERS:
+        raise ValueError(f"unknown encoder {name!r}; choose one of {sorted(ENCODERS)}")
+    model = ENCODERS[name]().to(device)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    return model
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def autocast_context(device: torch.device, dtype: torch.dtype | None):
+    """``torch.autocast`` for ``device`` when ``dtype`` is given, else a no-op context."""
+    if dtype is None:
+        return nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def to_float_images(images: torch.Tensor) -> torch.Tensor:
+    """``uint8 [N, 3, H, W]`` -> ``float32`` in [0, 1]; float input is returned as float32."""
+    if images.dtype == torch.uint8:
+        return images.float().div_(255)
+    return images.float()
+
+
+# --------------------------------------------------------------------------- feature extraction
+@torch.no_grad()
+def extract_features(
+    encoder: nn.Module,
+    images: torch.Tensor,
+    *,
+    batch_size: int = 512,
+    device: torch.device | str | None = None,
+    autocast_dtype: torch.dtype | None = None,
+    progress: bool = False,
+) -> torch.Tensor:
+    """Frozen-encoder features of un-augmented images: ``[N, 3, H, W] -> float32 [N, D]`` on the CPU.
+
+    The encoder runs in eval mode (BatchNorm uses its running statistics) and is put back into
+    the mode it was in.
+    """
+    from tqdm.auto import tqdm
+
+    device = torch.device(device) if device is not None else next(encoder.parameters()).device
+    was_training = encoder.training
+    encoder.eval()
+    out = []
+    starts = range(0, len(images), batch_size)
+    for start in tqdm(starts, desc="features", leave=False, disable=not progress):
+        batch = to_float_images(images[start:start + batch_size].to(device, non_blocking=True))
+        with autocast_context(device, autocast_dtype):
+            out.append(encoder(batch).float().cpu())
+    encoder.train(was_training)
+    return torch.cat(out)
+
+
+# ----------------------------------------------------------------------- alignment / uniformity
+def alignment(z1: torch.Tensor, z2: torch.Tensor, alpha: float = 2.0) -> float:
+    """Wang and Isola (2020): mean ``||z1_i - z2_i||^alpha`` over positive pairs of L2-normalised
+    rows. ``z1, z2: [N, D]``; 0 is perfect alignment, about 2 means unrelated pairs."""
+    z1, z2 = F.normalize(z1.double(), dim=1), F.normalize(z2.double(), dim=1)
+    return float((z1 - z2).norm(dim=1).pow(alpha).mean())
+
+
+def uniformity(z: torch.Tensor, t: float = 2.0) -> float:
+    """Wang and Isola (2020): ``log mean exp(-t ||z_i - z_j||^2)`` over pairs i < j of L2-normalised
+    rows of ``z: [N, D]``. 0 means collapsed; lower is more uniform (about -3.9 at best in 128-d)."""
+    z = F.normalize(z.double(), dim=1)
+    sq = torch.pdist(z).pow(2)
+    return float(torch.logsumexp(-t * sq, dim=0) - math.log(len(sq)))
+
+
+# --------------------------------------------------------------------------- training plumbing
+def config_tag(config: dict) -> str:
+    """A short stable hash of a JSON-able config, used to name checkpoints (a changed config
+    never resumes from a stale checkpoint)."""
+    blob = json.dumps(config, sort_keys=True, default=str).encode()
+    return hashlib.sha1(blob).hexdigest()[:10]
+
+
+def checkpoint_path(name: str, config: dict) -> Path:
+    """``build/cache/simclr/<name>-<hash of config>.pt``."""
+    return cache_dir("simclr") / f"{name}-{config_tag(config)}.pt"
+
+
+def warmup_cosine(total_steps: int, warmup_steps: int) -> Callable[[int], float]:
+    """Learning-rate multiplier: linear warm-up to 1, then cosine decay to 0 at ``total_steps``."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+def save_checkpoint(path: Path, **state) -> None:
+    """Write ``state`` atomically (to a temporary file, then rename), so an interrupted save
+    never leaves a corrupt checkpoint behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
+def load_checkpoint(path: Path, map_location="cpu") -> dict | None:
+    """The dict :func:`save_checkpoint` wrote, or None when there is no file."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    return torch.load(path, map_location=map_location, weights_only=False)
+
+
+def train_loop(
+    step_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    modules: dict[str, nn.Module],
+    optimizer: torch.optim.Optimizer,
+    images: torch.Tensor,
+    *,
+    epochs: int,
+    batch_size: int,
+    labels: torch.Tensor | None = None,
+    warmup_epochs: float = 1.0,
+    seed: int = 0,
+    checkpoint: Path | None = None,
+    config: dict | None = None,
+    eval_fn: Callable[[], dict] | None = None,
+    eval_every: int = 1,
+    rng: torch.Generator | None = None,
+    desc: str = "train",
+) -> dict:
+    """A minimal epoch loop with warm-up + cosine learning rate, progress bar and resume.
+
+    ``step_fn(batch_images, batch_labels)`` does one optimisation step and returns the loss (a
+    0-dim tensor or float; ``batch_labels`` is None without ``labels``). ``images`` (``uint8 [N,
+    3, H, W]``) should already live on the training device: batches are sliced there, so no data
+    loader is needed. Every epoch the modules, optimizer, scheduler and history are saved to
+    ``checkpoint`` (with the state of ``rng``, the augmentations' generator, so a resumed run draws
+    the same views as an uninterrupted one); a rerun with the same ``config`` picks up after the
+    last finished epoch (and skips training entirely when all epochs are done).
+
+    Returns the history: ``{"loss": [per step], "epoch_loss": [...], "epoch_seconds": [...],
+    "eval": [{"epoch": e, ...eval_fn()...}], "resumed_from": epoch or None}``.
+    """
+    from tqdm.auto import tqdm
+
+    steps_per_epoch = len(images) // batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(f"batch_size {batch_size} is larger than the {len(images)} training images")
+    schedule = warmup_cosine(epochs * steps_per_epoch, max(1, int(warmup_epochs * steps_per_epoch)))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    history = {"loss": [], "epoch_loss": [], "epoch_seconds": [], "eval": [], "resumed_from": None}
+    start_epoch = 0
+    if checkpoint is not None:
+        state = load_checkpoint(checkpoint)
+        if state is not None and state.get("config") == config:
+            for name, module in modules.items():
+                module.load_state_dict(state["modules"][name])
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            history = state["history"]
+            if rng is not None and state.get("rng") is not None:
+                rng.set_state(state["rng"])
+            start_epoch = history["resumed_from"] = state["epoch"]
+            done = "all epochs done, training skipped" if start_epoch >= epochs else "resuming"
+            print(f"Loaded checkpoint {checkpoint} (epoch {start_epoch}/{epochs}): {done}")
+    device = images.device
+    for module in modules.values():
+        module.train()
+    bar = tqdm(range(start_epoch, epochs), desc=desc, unit="epoch", initial=start_epoch, total=epochs)
+    for epoch in bar:
+        # The order depends only on (seed, epoch), so a resumed run sees the same batches.
+        order = torch.randperm(len(images), generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+        order = order.to(device)
+        start, losses = time.perf_counter(), []
+        for step in range(steps_per_epoch):
+            idx = order[step * batch_size:(step + 1) * batch_size]
+            loss = step_fn(images[idx], None if labels is None else labels[idx])
+            scheduler.step()
+            losses.append(loss.detach() if torch.is_tensor(loss) else torch.tensor(float(loss)))
+        step_losses = torch.stack(losses).float().cpu().tolist()  # one device sync per epoch
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        history["epoch_seconds"].append(time.perf_counter() - start)
+        history["loss"] += step_losses
+        history["epoch_loss"].append(float(np.mean(step_losses)))
+        if not all(math.isfinite(v) for v in step_losses):
+            raise FloatingPointError(f"non-finite loss in epoch {epoch + 1}: lower the learning rate?")
+        postfix = {"loss": f"{history['epoch_loss'][-1]:.3f}"}
+        if eval_fn is not None and ((epoch + 1) % eval_every == 0 or epoch + 1 == epochs):
+            result = eval_fn()
+            history["eval"].append({"epoch": epoch + 1, **result})
+            postfix.update({k: f"{v:.3f}" for k, v in result.items()})
+            for module in modules.values():
+                module.train()
+        bar.set_postfix(postfix)
+        if checkpoint is not None:
+            save_checkpoint(
+                checkpoint, config=config, epoch=epoch + 1, history=history,
+                modules={n: m.state_dict() for n, m in modules.items()},
+                optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
+                rng=None if rng is None else rng.get_state(),
+            )
+    for module in modules.values():
+        module.eval()
+    return history
+
+
+def supervised_step_fn(
+    encoder: nn.Module,
+    classifier: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    augment: Callable[[torch.Tensor], torch.Tensor],
+    autocast_dtype: torch.dtype | None = None,
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """One cross-entropy step of the supervised baseline (same encoder, a linear classifier on
+    top, ``augment`` applied to every batch), shaped for :func:`train_loop`."""
+
+    def step(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        x = augment(images)
+        with autocast_context(x.device, autocast_dtype):
+            logits = classifier(encoder(x))
+        loss = F.cross_entropy(logits.float(), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
+# ---------------------------------------------------------------------------------- evaluation
+def tsne_2d(features: torch.Tensor, *, seed: int = 0, perplexity: float = 30.0, max_iter: int = 1000) -> np.ndarray:
+    """t-SNE of ``[N, D]`` features (L2-normalised, PCA to 50 dimensions first) -> ``[N, 2]``.
+    ``max_iter`` (at least 250) trades quality for time."""
+    from sklearn.decomposition import PCA
+    from sklearn.manifold import TSNE
+
+    x = F.normalize(features.float(), dim=1).numpy()
+    if x.shape[1] > 50 and x.shape[0] > 50:
+        x = PCA(n_components=50, random_state=seed).fit_transform(x)
+    perplexity = min(perplexity, max(2.0, (len(x) - 1) / 3))
+    return TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed,
+                max_iter=max(250, max_iter)).fit_transform(x)
+
+
+def save_results(name: str, results: dict) -> Path:
+    """Write a notebook's headline numbers to ``build/cache/simclr/<name>.json`` (read by the benchmark)."""
+    path = cache_dir("simclr") / f"{name}.json"
+    path.write_text(json.dumps(results, indent=2, default=float) + "\n", encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------------------------------- plotting
+def plot_training(history: dict, *, title: str = "SimCLR training"):
+    """Loss per step (left) and the kNN accuracy measured during training (right)."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax_loss, ax_knn) = plt.subplots(1, 2, figsize=(11, 3.8))
+    loss = np.asarray(history["loss"])
+    ax_loss.plot(np.arange(1, len(loss) + 1), loss, lw=0.6, alpha=0.5, label="per step")
+    window = max(1, len(loss) // 50)
+    if window > 1:
+        smooth = np.convolve(loss, np.ones(window) / window, mode="valid")
+        ax_loss.plot(np.arange(window, len(loss) + 1), smooth, lw=1.8, label=f"mean of {window} steps")
+    ax_loss.set(xlabel="optimisation step", ylabel="NT-Xent loss (nats)", title=title)
+    ax_loss.legend()
+    evals = [e for e in history["eval"] if "knn" in e]
+    if evals:
+        ax_knn.plot([e["epoch"] for e in evals], [100 * e["knn"] for e in evals], "o-")
+    ax_knn.set(xlabel="epoch", ylabel="kNN accuracy (%)", title="kNN accuracy during training")
+    fig.tight_layout()
+    return fig
+
+
+def show_views(images: torch.Tensor, views: list[torch.Tensor], *, title: str = "augmented views"):
+    """Grid: one row per image, the original then its augmented views (``float [N, 3, h, w]``)."""
+    import matplotlib.pyplot as plt
+
+    n, cols = len(images), 1 + len(views)
+    fig, axes = plt.subplots(n, cols, figsize=(1.3 * cols, 1.3 * n), squeeze=False)
+    for i in range(n):
+        for j, img in enumerate([to_float_images(images)] + [v.float() for v in views]):
+            axes[i, j].imshow(img[i].detach().cpu().clamp(0, 1).permute(1, 2, 0).numpy())
+            axes[i, j].set_xticks([]), axes[i, j].set_yticks([])
+    axes[0, 0].set_title("original", fontsize=8)
+    for j in range(1, cols):
+        axes[0, j].set_title(f"view {j}", fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
