@@ -23,6 +23,9 @@ ensure_env() {
     rm -f "$VENV"/.pack-env-* && touch "$stamp"
 }
 
+# nbgrader runs helper executables (alembic) from the environment, so its bin/ goes first on PATH.
+export PATH="$PWD/$VENV/bin:$PATH"
+
 cmd=${1:-run}
 [ $# -gt 0 ] && shift
 case "$cmd" in

@@ -59,18 +59,21 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     args = parser.parse_args()
     results = []
+    out = build_dir() / "bench" / "grader_throughput.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     for workers in args.workers:
         res = one_run(args.copies, workers)
         results.append(res)
         print(f"{res['copies']} copies, {workers} worker(s): {res['wall_s']} s ({res['per_copy_s']} s per copy), "
-              f"{res['full_marks']} with full marks, load average {res['load_before']:.1f} -> {res['load_after']:.1f}")
+              f"{res['full_marks']} with full marks, load average {res['load_before']:.1f} -> {res['load_after']:.1f}",
+              flush=True)
+        out.write_text(json.dumps({"cpu_count": os.cpu_count(), "protections": protections(), "runs": results},
+                                  indent=1))  # after every run, so a cut-short benchmark still leaves numbers
     base = next((r for r in results if r["workers"] == 1), None)
     if base:
         for r in results:
             r["speedup_vs_1_worker"] = round(base["wall_s"] / r["wall_s"], 2)
             print(f"  {r['workers']} worker(s): speed-up {r['speedup_vs_1_worker']}x over 1 worker")
-    out = build_dir() / "bench" / "grader_throughput.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"cpu_count": os.cpu_count(), "protections": protections(), "runs": results},
                               indent=1))
     print(f"wrote {out}")

@@ -104,8 +104,9 @@ def cmd_export(args) -> int:
 
     course = _course(args)
     out, rows = export(course, Path(args.to) if args.to else None)
-    print(table([[r["student_id"], r["status"], f"{r['score']:g}/{r['max_score']}", r["reason"] or "-"] for r in rows],
-                ["student", "status", "score", "reason"]))
+    print(table([[r["student_id"], r["status"], f"{r['autograded_score']:g}/{r['autograded_max']}",
+                  "pending" if r["needs_manual_grade"] else f"{r['manual_score']:g}", r["reason"] or "-"] for r in rows],
+                ["student", "status", "autograded", "manual", "reason"]))
     print(f"wrote {len(rows)} rows to {out}: {_count(r['status'] for r in rows)}")
     return 0
 
@@ -164,8 +165,10 @@ def main(argv: list[str] | None = None) -> int:
                "feedback": cmd_feedback, "mutants": cmd_mutants}[args.verb]
     try:
         return handler(args)
-    except (RuntimeError, FileNotFoundError, ValueError) as exc:
-        print(f"python -m grader {args.verb}: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the run itself failed: say so in one line, exit non-zero
+        print(f"python -m grader {args.verb}: the run failed: {exc.__class__.__name__}: {exc}", file=sys.stderr)
         return 2
 
 

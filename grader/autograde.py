@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -267,7 +268,9 @@ def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
         try:
             gb.find_submission(ASSIGNMENT, result.student)
         except MissingEntry:
-            gb.add_submission(ASSIGNMENT, result.student)
+            with warnings.catch_warnings():  # nbgrader's add_submission trips a harmless SQLAlchemy warning
+                warnings.simplefilter("ignore")
+                gb.add_submission(ASSIGNMENT, result.student)
         sub = gb.find_submission_notebook(result.notebook, ASSIGNMENT, result.student)
         score = max_score = 0.0
         for grade in sub.grades:

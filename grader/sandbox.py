@@ -75,8 +75,8 @@ def describe(prot: dict[str, bool]) -> str:
     parts = [
         "network: " + ("off (namespace)" if prot["network"] else "REACHABLE (no bwrap/unshare)"),
         "filesystem: " + ("isolated (bwrap)" if prot["filesystem"]
-                          else "NOT isolated (install bubblewrap): the kernel can read the gradebook copy, "
-                               "solutions/ and other students' files"),
+                          else "NOT isolated (install bubblewrap): student code can read AND overwrite "
+                               "whatever this user can -- the gradebook, solutions/, other students' files"),
         "memory: " + ("capped (setrlimit)" if prot["memory"] else "NOT capped"),
     ]
     return "; ".join(parts)

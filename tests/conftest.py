@@ -11,6 +11,8 @@ import pytest
 
 from roundtrip import REPO, collect, prepare_course, start_autograde
 
+pytest_plugins = ["conftest_lm"]  # the session-scoped `micro_suite` fixture
+
 SOLUTIONS = REPO / "solutions" / "ex01"
 RELEASE = REPO / "notebooks" / "ex01"
 

@@ -156,3 +156,14 @@ def test_main_job_executes_a_notebook_into_build(tmp_path):
     assert any(c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code")
     assert (tmp_path / "figures" / "task1_infonce_bound.png").is_file()
     assert "Preset: smoke" in executed.read_text()
+
+
+def test_synthetic_train_and_test_splits_share_their_classes():
+    """A classifier fit on the stand-in's train split must work on its test split (class means agree)."""
+    train, test = data.synthetic_cifar_like(500, seed=0), data.synthetic_cifar_like(500, seed=1)
+    def class_means(split):
+        x = split.images.float().mean(dim=(2, 3))
+        return torch.stack([x[split.labels == c].mean(0) for c in range(10)])
+    a, b = class_means(train), class_means(test)
+    nearest = torch.cdist(b, a).argmin(dim=1)
+    assert torch.equal(nearest, torch.arange(10)), "test classes do not match train classes"

@@ -99,11 +99,14 @@ def synthetic_cifar_like(n: int, *, seed: int = 0, image_size: int = 32) -> Imag
 
     Returns an :class:`ImageSplit` with ``uint8 [n, 3, image_size, image_size]`` images.
     """
+    # What defines a class (colour, stripe angle and frequency) is fixed, so train and test splits
+    # drawn with different seeds share their classes; the seed only draws labels, phases and noise.
+    classes = torch.Generator().manual_seed(20260101)
+    palette = torch.rand(10, 3, generator=classes) * 0.6 + 0.2
     g = torch.Generator().manual_seed(seed)
     labels = torch.arange(n) % 10
     labels = labels[torch.randperm(n, generator=g)]
     yy, xx = torch.meshgrid(torch.arange(image_size), torch.arange(image_size), indexing="ij")
-    palette = torch.rand(10, 3, generator=g) * 0.6 + 0.2
     angles = torch.arange(10) * (torch.pi / 10)
     freq = 2 * torch.pi / (4 + (torch.arange(10) % 3) * 2)
     phase = torch.rand(n, generator=g) * 2 * torch.pi

@@ -139,7 +139,7 @@ def build_suite(suite: str = "default", *, force: bool = False, progress: bool =
     the tokenizer) under ``build/cache/model_zoo/<suite>/`` and return that folder.
 
     ``"micro"`` (3 sizes, tests and the smoke preset) takes seconds; ``"default"`` (6 sizes and
-    mini-bert) about 6 minutes on 2 CPU cores. Only missing or changed models are retrained.
+    mini-bert, 3 GB of checkpoints) an estimated 5-7 minutes on 2 idle CPU cores. Only missing or changed models are retrained.
     """
     from .model_zoo import build
 

@@ -332,13 +332,17 @@ def tsne_2d(features: torch.Tensor, *, seed: int = 0, perplexity: float = 30.0, 
     ``max_iter`` (at least 250) trades quality for time."""
     from sklearn.decomposition import PCA
     from sklearn.manifold import TSNE
+    from threadpoolctl import threadpool_limits
 
     x = F.normalize(features.float(), dim=1).numpy()
     if x.shape[1] > 50 and x.shape[0] > 50:
         x = PCA(n_components=50, random_state=seed).fit_transform(x)
     perplexity = min(perplexity, max(2.0, (len(x) - 1) / 3))
-    return TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed,
-                max_iter=max(250, max_iter)).fit_transform(x)
+    # A few hundred points gain nothing from OpenMP threads, and lose a lot on a busy machine.
+    limits = threadpool_limits(limits=1) if len(x) < 1000 else nullcontext()
+    with limits:
+        return TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed,
+                    max_iter=max(250, max_iter)).fit_transform(x)
 
 
 def save_results(name: str, results: dict) -> Path:

@@ -151,8 +151,9 @@ def check_evaluate_loss(evaluate_loss) -> None:
         if not abs(result[key] - value) <= 1e-4 * abs(value):
             raise AssertionError(f"{key} = {result[key]!r}, expected {value!r}")
 
-    # Word and byte counts come from the original texts when given.
-    originals = [d + " extra words here" for d in documents]
+    # Word and byte counts come from the original texts when given. Non-ASCII text: bytes are UTF-8
+    # bytes, not characters.
+    originals = [d + " extra wörds — naïve here" for d in documents]
     again = evaluate_loss(model, tokenizer, documents, original_documents=originals, batch_size=1, progress=False)
     n_words = sum(len(re.split(r"\s+", d)) for d in originals)
     if again["words"] != n_words or again["bytes"] != sum(len(d.encode()) for d in originals):
@@ -184,6 +185,13 @@ def check_bookkeeping(tokens_seen, training_compute) -> None:
     got = np.asarray(tokens_seen(steps, per_step))
     if got.shape != (7,) or not np.array_equal(got, steps.astype(np.int64) * per_step):
         raise AssertionError(f"tokens_seen(array, {per_step}) = {got}, expected {steps * per_step}")
+    # Pythia's checkpoints as an array: 143000 x 2**21 tokens overflows int32.
+    pythia_steps = np.array([0, 1000, 143_000])
+    got = np.asarray(tokens_seen(pythia_steps))
+    want = pythia_steps.astype(np.int64) * 2_097_152
+    if got.dtype != np.int64 or not np.array_equal(got, want):
+        raise AssertionError(f"tokens_seen({pythia_steps.tolist()}) = {got} ({got.dtype}), expected {want} (int64: "
+                             "Pythia's final checkpoint is about 3e11 tokens, beyond int32)")
     assert_raises(ValueError, tokens_seen, -1, what="tokens_seen with a negative step")
 
     n = float(rng.uniform(1e6, 1e10))

@@ -1,0 +1,118 @@
+"""Plausible wrong answers for the bonus (masked pre-training and the marginal likelihood of PPCA);
+every one must lose points in the autograde."""
+
+from grader.mutants import Mutant
+
+# ppca_log_marginal
+_LM_S = "S = W @ W.T + sigma2 * torch.eye(D, dtype=W.dtype, device=W.device)\n    L = torch.linalg.cholesky(S)"
+_LM_WHITE = "white = torch.linalg.solve_triangular(L, diff.T, upper=False)"
+_LM_LOGDET = "log_det = 2 * torch.log(torch.diagonal(L)).sum()"
+_LM_LOGP = "logp = -0.5 * (D * math.log(2 * math.pi) + log_det + mahalanobis)"
+_LM_RET = "return logp.reshape(x.shape[:-1])"
+_LM_MU = """    if mu.shape != (D,):
+        raise ValueError(f"mu should be ({D},) to match W {tuple(W.shape)}, got {tuple(mu.shape)}")
+"""
+
+# gaussian_conditional
+_GC_MEAN = "cond_mean = mu[M] + (x[..., R] - mu[R]) @ gain"
+_GC_COV = "cond_cov = S_MM - S_RM.T @ gain"
+_GC_BLOCKS = "S_RR, S_RM = S[R[:, None], R], S[R[:, None], M]"
+_GC_GAIN = "gain = torch.cholesky_solve(S_RM, L)"
+_GC_M = "M = torch.tensor(M_list, device=S.device)"
+_GC_RET = "return cond_mean, 0.5 * (cond_cov + cond_cov.T)"
+_GC_REPEAT = """    if len(set(M_list)) != len(M_list):
+        raise ValueError(f"masked_idx has repeated indices: {M_list}")
+"""
+
+# masked_score
+_MS_MASK = "M = torch.randperm(D, generator=generator)[:m].to(W.device)"
+_MS_APPEND = "samples.append(logp.mean(-1).mean())"
+_MS_LOGP = "logp = -0.5 * (torch.log(2 * math.pi * var) + (x_M - mean) ** 2 / var)  # (..., m)"
+_MS_VAR = "var = torch.diagonal(cov)"
+_MS_RET = "return samples.mean(), samples.detach().std() / math.sqrt(n_masks)"
+_MS_RANGE = "if not 1 <= m <= D:"
+
+# masked_pretraining_objective
+_MO_SIZES = "for m in range(1, D + 1)))"
+_MO_RET = "return torch.stack(estimates).sum(), torch.stack(ses).pow(2).sum().sqrt()"
+_MO_D = "D = W.shape[0]\n    estimates, ses"
+
+MUTANTS = [
+    # ------------------------------------------------------------------ ppca_log_marginal
+    Mutant(cell="ppca_log_marginal", name="elementwise Normal: diagonal covariance, correlations ignored",
+           find=_LM_S,
+           replace="S = torch.diag(torch.diagonal(W @ W.T) + sigma2)\n    L = torch.linalg.cholesky(S)"),
+    Mutant(cell="ppca_log_marginal", name="log det S = sum log diag L (missing factor 2)",
+           find=_LM_LOGDET, replace="log_det = torch.log(torch.diagonal(L)).sum()"),
+    Mutant(cell="ppca_log_marginal", name="normalising constant log 2 pi once instead of D times",
+           find=_LM_LOGP, replace="logp = -0.5 * (math.log(2 * math.pi) + log_det + mahalanobis)"),
+    Mutant(cell="ppca_log_marginal", name="missing the factor 1/2",
+           find=_LM_LOGP, replace="logp = -(D * math.log(2 * math.pi) + log_det + mahalanobis)"),
+    Mutant(cell="ppca_log_marginal", name="sigma2 read as a standard deviation (sigma2^2 I)",
+           find=_LM_S,
+           replace="S = W @ W.T + sigma2 ** 2 * torch.eye(D, dtype=W.dtype, device=W.device)\n"
+                   "    L = torch.linalg.cholesky(S)"),
+    Mutant(cell="ppca_log_marginal", name="whitening with L^T instead of L",
+           find=_LM_WHITE, replace="white = torch.linalg.solve_triangular(L.T, diff.T, upper=True)"),
+    Mutant(cell="ppca_log_marginal", name="sums the batch into one number",
+           find=_LM_RET, replace="return logp.sum()"),
+    Mutant(cell="ppca_log_marginal", name="no check of mu's shape",
+           find=_LM_MU, replace=""),
+    # ------------------------------------------------------------------ gaussian_conditional
+    Mutant(cell="gaussian_conditional", name="the slide's '+' Schur complement",
+           find=_GC_COV, replace="cond_cov = S_MM + S_RM.T @ gain"),
+    Mutant(cell="gaussian_conditional", name="transposed cross block: S_MR where S_RM belongs",
+           find=_GC_BLOCKS, replace="S_RR, S_RM = S[R[:, None], R], S[M[:, None], R]"),
+    Mutant(cell="gaussian_conditional", name="mean forgets to centre x_R (no - mu_R)",
+           find=_GC_MEAN, replace="cond_mean = mu[M] + x[..., R] @ gain"),
+    Mutant(cell="gaussian_conditional", name="mean forgets mu_M",
+           find=_GC_MEAN, replace="cond_mean = (x[..., R] - mu[R]) @ gain"),
+    Mutant(cell="gaussian_conditional", name="marginal covariance S_MM (conditioning ignored)",
+           find=_GC_RET, replace="return cond_mean, S_MM"),
+    Mutant(cell="gaussian_conditional", name="regression gain without S_RR^-1",
+           find=_GC_GAIN, replace="gain = S_RM"),
+    Mutant(cell="gaussian_conditional", name="masked indices sorted (output order != masked_idx)",
+           find=_GC_M, replace="M = torch.tensor(sorted(M_list), device=S.device)"),
+    Mutant(cell="gaussian_conditional", name="repeated masked indices accepted",
+           find=_GC_REPEAT, replace=""),
+    # ------------------------------------------------------------------ masked_score
+    Mutant(cell="masked_score", name="forgets the 1/m (sum over masked coordinates)",
+           find=_MS_APPEND, replace="samples.append(logp.sum(-1).mean())"),
+    Mutant(cell="masked_score", name="masks sampled with replacement (randint)",
+           find=_MS_MASK, replace="M = torch.randint(0, D, (m,), generator=generator).to(W.device)"),
+    Mutant(cell="masked_score", name="masks with replacement, duplicates dropped",
+           find=_MS_MASK, replace="M = torch.randint(0, D, (m,), generator=generator).unique().to(W.device)"),
+    Mutant(cell="masked_score", name="ignores the generator (global RNG)",
+           find=_MS_MASK, replace="M = torch.randperm(D)[:m].to(W.device)"),
+    Mutant(cell="masked_score", name="standard error = standard deviation (no 1/sqrt(n))",
+           find=_MS_RET, replace="return samples.mean(), samples.detach().std()"),
+    Mutant(cell="masked_score", name="standard error = std / n",
+           find=_MS_RET, replace="return samples.mean(), samples.detach().std() / n_masks"),
+    Mutant(cell="masked_score", name="joint conditional log p(x_M | x_R) / m instead of per-coordinate terms",
+           find=_MS_LOGP + "\n        " + _MS_APPEND,
+           replace="logp = torch.distributions.MultivariateNormal(mean, cov).log_prob(x_M)\n"
+                   "        samples.append((logp / m).mean())"),
+    Mutant(cell="masked_score", name="standard deviation used as the variance",
+           find=_MS_VAR, replace="var = torch.diagonal(cov).sqrt()"),
+    Mutant(cell="masked_score", name="mask of m + 1 coordinates (off by one)",
+           find="[:m]", replace="[:m + 1]"),
+    Mutant(cell="masked_score", name="no upper bound check on m",
+           find=_MS_RANGE, replace="if m < 1:"),
+    # ------------------------------------------------------------------ masked_pretraining_objective
+    Mutant(cell="masked_pretraining_objective", name="mask sizes m = 0..D-1",
+           find=_MO_SIZES, replace="for m in range(D)))"),
+    Mutant(cell="masked_pretraining_objective", name="mask sizes m = 1..D-1 (forgets m = D)",
+           find=_MO_SIZES, replace="for m in range(1, D)))"),
+    Mutant(cell="masked_pretraining_objective", name="average over m instead of the sum",
+           find=_MO_RET, replace="return torch.stack(estimates).mean(), torch.stack(ses).pow(2).sum().sqrt()"),
+    Mutant(cell="masked_pretraining_objective", name="fixed 15 % mask ratio: D * S(x; m0)",
+           find=_MO_SIZES, replace="for m in [max(1, round(0.15 * D))] * D))"),
+    Mutant(cell="masked_pretraining_objective", name="standard errors added linearly",
+           find=_MO_RET, replace="return torch.stack(estimates).sum(), torch.stack(ses).sum()"),
+    Mutant(cell="masked_pretraining_objective", name="standard error = mean of the per-m errors",
+           find=_MO_RET, replace="return torch.stack(estimates).sum(), torch.stack(ses).mean()"),
+    Mutant(cell="masked_pretraining_objective", name="returns the variance, not the standard error",
+           find=_MO_RET, replace="return torch.stack(estimates).sum(), torch.stack(ses).pow(2).sum()"),
+    Mutant(cell="masked_pretraining_objective", name="D from W.shape[1] (the latent size K)",
+           find=_MO_D, replace="D = W.shape[1]\n    estimates, ses"),
+]
