@@ -524,6 +524,15 @@ def check_conditionals_compatible(conditionals_compatible) -> None:
     pb = torch.full((2, 2), 0.5, dtype=torch.float64)
     ask(pa, pb, False, "p(a|b) = [[.9,.1],[.1,.9]] with p(b|a) = 1/2 everywhere")
     ask(torch.full((2, 2), 0.5), torch.full((2, 2), 0.5), True, "two uniform conditionals (independence)")
+    # the tolerance is the caller's: conditionals of a joint, off by about 1e-3, pass a loose atol only
+    joint = torch.rand(3, 4, generator=gen, dtype=torch.float64) + 0.2
+    pa, pb = _conditionals_of(joint / joint.sum())
+    noisy = pa * (1 + 2e-3 * (torch.rand(3, 4, generator=gen, dtype=torch.float64) - 0.5))
+    noisy = noisy / noisy.sum(0, keepdim=True)
+    for atol, want in ((0.05, True), (1e-6, False)):
+        got = conditionals_compatible(noisy, pb, atol=atol)
+        assert got is want, (f"conditionals of a joint perturbed by about 1e-3, atol={atol}: expected {want}, got {got} "
+                             "(compare the reconstructed conditionals with the given ones within atol)")
     # not conditional tables at all
     _assert_value_error(lambda: conditionals_compatible(torch.full((2, 2), 0.3), torch.full((2, 2), 0.5)),
                         "columns of p(a|b) that do not sum to one")

@@ -157,6 +157,18 @@ def check_random_resized_crop_flip(fn) -> None:
         raise AssertionError("crop positions are not spread uniformly over the image (same position for every image?)")
     if float(area.std()) < 1e-3:
         raise AssertionError("every image got the same crop: draw the crop parameters per image")
+    # Log-uniform aspect: over ratio=(1/4, 4) half the crops are wider than tall and the mean log-ratio is 0
+    # (a uniform draw makes 80 % of them wide, mean log-ratio about 0.57).
+    n = 1000
+    geo = _read_crop_geometry(fn(_ramp_images(n, 32, 32), 32, scale=(0.05, 0.25), ratio=(0.25, 4.0), flip_p=0.0,
+                                 generator=torch.Generator().manual_seed(6)), 32, 32)
+    log_aspect = (geo["x"][0] / geo["y"][0]).log()
+    wide = int((log_aspect > 0).sum())
+    se = math.log(16) / math.sqrt(12 * n)
+    if not _binomial_ok(wide, n, 0.5) or abs(float(log_aspect.mean())) > 5 * se:
+        raise AssertionError(f"ratio=(1/4, 4): {wide} of {n} crops are wider than tall and the mean log aspect ratio is "
+                             f"{float(log_aspect.mean()):.3f}; a log-uniform aspect ratio gives half and 0 "
+                             "(sample log(ratio) uniformly, not the ratio itself)")
 
     # Flipping reverses the ramp.
     out = fn(_ramp_images(16, 32, 32), 32, scale=(0.3, 0.6), flip_p=1.0)
@@ -347,8 +359,13 @@ def check_projection_head(cls) -> None:
     head = cls(20, 40, 8)
     if not isinstance(head, nn.Module):
         raise AssertionError("ProjectionHead must be an nn.Module")
-    calls = []
-    hooks = [m.register_forward_hook(lambda mod, i, o: calls.append(mod))
+    calls, outputs = [], []
+
+    def record(module, _inputs, output):  # returns None: the output passes through unchanged
+        calls.append(module)
+        outputs.append(output.detach().clone())
+
+    hooks = [m.register_forward_hook(record)
              for m in head.modules() if isinstance(m, (nn.Linear, nn.BatchNorm1d, nn.ReLU))]
     h = torch.randn(16, 20, requires_grad=True)
     out = head(h)
@@ -359,6 +376,8 @@ def check_projection_head(cls) -> None:
     if kinds != ["Linear", "BatchNorm1d", "ReLU", "Linear"]:
         raise AssertionError(f"the head applies {kinds}, expected Linear -> BatchNorm1d -> ReLU -> Linear")
     lin1, bn, _, lin2 = calls
+    assert_close(out, outputs[-1], atol=0, rtol=0,
+                 name="the head's output (must be the last Linear's output: no normalisation or activation after it)")
     if (lin1.in_features, lin1.out_features, bn.num_features, lin2.in_features, lin2.out_features) != (20, 40, 40, 40, 8):
         raise AssertionError("layer sizes must be in_dim -> hidden_dim -> out_dim (20 -> 40 -> 8 here)")
     out.pow(2).sum().backward()

@@ -1,0 +1,216 @@
+"""Plausible wrong answers for Task 2 (pseudo-likelihood); every one must lose points in the autograde."""
+
+from grader.mutants import Mutant
+
+# mlm_loss
+_ML_NLL = "token_nll = -log_probs.gather(1, targets.long().view(-1, 1)).squeeze(1)  # [T]"
+_ML_RET = "return torch.where(mask.bool(), token_nll, zero).sum(-1)"
+_ML_MASK_CHECK = """    if mask.dim() not in (1, 2) or mask.shape[-1] != t:
+        raise ValueError(f"mask must have shape [T] or [K, T] with T = {t}, got {tuple(mask.shape)}")
+"""
+
+# masked_copies
+_MC_SET = "copies[torch.arange(len(positions), device=input_ids.device), positions] = mask_token_id"
+_MC_BOUNDS = """    if positions.numel() and (positions.min() < 0 or positions.max() >= t):
+        raise ValueError(f"positions must lie in [0, {t}), got {positions.tolist()}")
+"""
+_MC_DIM = """    if input_ids.dim() != 1:
+        raise ValueError(f"input_ids must have shape [T], got {tuple(input_ids.shape)}")
+"""
+
+# conditional_log_probs
+_CL_APPEND = "rows.append(torch.log_softmax(at_mask.float(), dim=-1))"
+_CL_READ = "at_mask = logits[torch.arange(len(chunk), device=model_device), chunk]  # [b, V]"
+_CL_LOOP = """for start in range(0, len(positions), batch_size):
+            chunk = positions[start:start + batch_size]"""
+
+# pseudo_log_likelihood / pseudo_perplexity
+_PLL_TABLE = "table = conditional_log_probs(model, input_ids, mask_token_id, positions, batch_size)  # [P, V]"
+_PLL_RET = "return table[torch.arange(len(positions), device=table.device), input_ids[positions]].sum()"
+_PLL_DEFAULT = """    if positions is None:
+        positions = torch.arange(input_ids.numel())
+"""
+_PPPL_RET = "return math.exp(-float(pll) / num_tokens)"
+_PPPL_CHECK = """    if num_tokens <= 0:
+        raise ValueError(f"num_tokens must be positive, got {num_tokens}")
+    return math.exp(-float(pll)"""
+
+# single_index_estimate
+_SI_U = "u = scored[torch.randint(len(scored), (num_samples,), generator=generator)]  # [num_samples]"
+_SI_PASS = "log_p = conditional_log_probs(model, input_ids, mask_token_id, u, batch_size=max(num_samples, 1))"
+_SI_RET = "return -len(scored) * token_ll"
+
+# causal_log_probs / perplexity
+_CA_LOGITS = "logits = model(input_ids=ids.unsqueeze(0)).logits[0, :-1]  # position i predicts token i + 1"
+_CA_LOGP = "log_p = torch.log_softmax(logits.float(), dim=-1)"
+_CA_CTX = "ids = torch.cat([ids.new_tensor([context_token_id]), ids])"
+_CA_NOGRAD = """    with torch.no_grad():
+        logits = model"""
+_PPL_RET = "return math.exp(-float(log_likelihood) / num_tokens)"
+_PPL_CHECK = """    if num_tokens <= 0:
+        raise ValueError(f"num_tokens must be positive, got {num_tokens}")
+    return math.exp(-float(log_likelihood)"""
+
+# conditionals_compatible
+_CC_RET = "return bool(ok_a and ok_b)"
+_CC_LOGRATIO = "log_ratio = pa[support].log() - pb[support].log()  # = u(a) + v(b) if compatible"
+_CC_U = "u = (torch.linalg.pinv(design) @ log_ratio)[:n_a]"
+_CC_OKA = "ok_a = torch.allclose(joint / joint.sum(0, keepdim=True), pa, atol=atol)"
+_CC_COLS = "if not torch.allclose(pa.sum(0), torch.ones(pa.shape[1], dtype=torch.float64), atol=1e-5):"
+
+# bert_mask
+_BM_SELECT = "selected = (torch.rand(ids.shape, generator=generator) < q).to(ids.device) & ~special"
+_BM_ACTIONS = """masked[selected & (action < 0.8)] = mask_token_id
+    swap = selected & (action >= 0.8) & (action < 0.9)"""
+_BM_SWAP = "swap = selected & (action >= 0.8) & (action < 0.9)"
+_BM_RANDOM = "random_tokens = torch.randint(vocab_size, ids.shape, generator=generator).to(ids.device)"
+_BM_LABELS = "labels = torch.where(selected, ids, torch.full_like(ids, -100))"
+_BM_CLONE = "masked = ids.clone()"
+
+MUTANTS = [
+    # ------------------------------------------------------------------ mlm_loss
+    Mutant(cell="mlm_loss", name="mean over the positions instead of the sum",
+           find=_ML_RET, replace="return torch.where(mask.bool(), token_nll, zero).mean(-1)"),
+    Mutant(cell="mlm_loss", name="wrong sign (log-likelihood instead of the loss)",
+           find=_ML_NLL, replace="token_nll = log_probs.gather(1, targets.long().view(-1, 1)).squeeze(1)  # [T]"),
+    Mutant(cell="mlm_loss", name="counts the unmasked positions",
+           find=_ML_RET, replace="return torch.where(~mask.bool(), token_nll, zero).sum(-1)"),
+    Mutant(cell="mlm_loss", name="divides by the number of masked tokens (per-token mean, as HF reports)",
+           find=_ML_RET, replace="return torch.where(mask.bool(), token_nll, zero).sum(-1) / mask.sum(-1).clamp(min=1)"),
+    Mutant(cell="mlm_loss", name="always returns float32",
+           find=_ML_NLL, replace="token_nll = -log_probs.float().gather(1, targets.long().view(-1, 1)).squeeze(1)  # [T]"),
+    Mutant(cell="mlm_loss", name="no check of the mask's length",
+           find=_ML_MASK_CHECK, replace=""),
+    # ------------------------------------------------------------------ masked_copies
+    Mutant(cell="masked_copies", name="every copy masks all the positions",
+           find=_MC_SET, replace="copies[:, positions] = mask_token_id"),
+    Mutant(cell="masked_copies", name="copy k masks position k instead of positions[k]",
+           find=_MC_SET, replace="copies[torch.arange(len(positions), device=input_ids.device), "
+                                 "torch.arange(len(positions), device=input_ids.device)] = mask_token_id"),
+    Mutant(cell="masked_copies", name="off by one: masks the position before",
+           find=_MC_SET, replace="copies[torch.arange(len(positions), device=input_ids.device), positions - 1] = mask_token_id"),
+    Mutant(cell="masked_copies", name="no bounds check on positions",
+           find=_MC_BOUNDS, replace=""),
+    Mutant(cell="masked_copies", name="no check that input_ids is 1-D",
+           find=_MC_DIM, replace=""),
+    Mutant(cell="masked_copies", name="returns [T, P] (transposed)",
+           find="    return copies\n", replace="    return copies.T\n"),
+    # ------------------------------------------------------------------ conditional_log_probs
+    Mutant(cell="conditional_log_probs", name="raw logits instead of log-softmax",
+           find=_CL_APPEND, replace="rows.append(at_mask.float())"),
+    Mutant(cell="conditional_log_probs", name="reads position k of copy k instead of positions[k]",
+           find=_CL_READ, replace="at_mask = logits[torch.arange(len(chunk), device=model_device), "
+                                  "start + torch.arange(len(chunk), device=model_device)]  # [b, V]"),
+    Mutant(cell="conditional_log_probs", name="log-softmax over the batch axis",
+           find=_CL_APPEND, replace="rows.append(torch.log_softmax(at_mask.float(), dim=0))"),
+    Mutant(cell="conditional_log_probs", name="one forward pass per masked copy (batch_size ignored)",
+           find=_CL_LOOP, replace="for start in range(0, len(positions)):\n            chunk = positions[start:start + 1]"),
+    Mutant(cell="conditional_log_probs", name="no torch.no_grad (returns a graph)",
+           find="with torch.no_grad():", replace="if True:  # no torch.no_grad()"),
+    Mutant(cell="conditional_log_probs", name="reads the [CLS] position of every copy",
+           find=_CL_READ, replace="at_mask = logits[:, 0]  # [b, V]"),
+    # ------------------------------------------------------------------ pseudo_log_likelihood
+    Mutant(cell="pseudo_log_likelihood", name="one forward pass per token",
+           find=_PLL_TABLE, replace="table = torch.cat([conditional_log_probs(model, input_ids, mask_token_id, p.view(1), 1) "
+                                    "for p in positions])  # [P, V]"),
+    Mutant(cell="pseudo_log_likelihood", name="indexes the table rows by position (off when positions are given)",
+           find=_PLL_RET, replace="return table[positions, input_ids[positions]].sum()"),
+    Mutant(cell="pseudo_log_likelihood", name="mean instead of the sum",
+           find=_PLL_RET, replace="return table[torch.arange(len(positions), device=table.device), input_ids[positions]].mean()"),
+    Mutant(cell="pseudo_log_likelihood", name="returns the negative PLL",
+           find=_PLL_RET, replace="return -table[torch.arange(len(positions), device=table.device), input_ids[positions]].sum()"),
+    Mutant(cell="pseudo_log_likelihood", name="ignores the positions argument",
+           find=_PLL_DEFAULT, replace="    positions = torch.arange(input_ids.numel())\n"),
+    Mutant(cell="pseudo_log_likelihood", name="off by one: scores the next token",
+           find=_PLL_RET, replace="return table[torch.arange(len(positions), device=table.device), "
+                                  "input_ids[(positions + 1) % input_ids.numel()]].sum()"),
+    Mutant(cell="pseudo_log_likelihood", name="returns float64",
+           find=_PLL_RET, replace="return table[torch.arange(len(positions), device=table.device), input_ids[positions]].double().sum()"),
+    # ------------------------------------------------------------------ pseudo_perplexity
+    Mutant(cell="pseudo_log_likelihood", name="PPPL: exp of the sum instead of the mean",
+           find=_PPPL_RET, replace="return math.exp(-float(pll))"),
+    Mutant(cell="pseudo_log_likelihood", name="PPPL: base 2",
+           find=_PPPL_RET, replace="return 2 ** (-float(pll) / num_tokens)"),
+    Mutant(cell="pseudo_log_likelihood", name="PPPL: wrong sign",
+           find=_PPPL_RET, replace="return math.exp(float(pll) / num_tokens)"),
+    Mutant(cell="pseudo_log_likelihood", name="PPPL: no check of num_tokens",
+           find=_PPPL_CHECK, replace="    return math.exp(-float(pll)"),
+    Mutant(cell="pseudo_log_likelihood", name="PPPL: returns a tensor",
+           find=_PPPL_RET, replace="return torch.exp(-torch.as_tensor(pll) / num_tokens)"),
+    Mutant(cell="pseudo_log_likelihood", name="PPPL: divides by T + 1 (counts [SEP])",
+           find=_PPPL_RET, replace="return math.exp(-float(pll) / (num_tokens + 1))"),
+    # ------------------------------------------------------------------ single_index_estimate
+    Mutant(cell="single_index_estimate", name="without the factor T",
+           find=_SI_RET, replace="return -token_ll"),
+    Mutant(cell="single_index_estimate", name="biased index: never the last position",
+           find=_SI_U, replace="u = scored[torch.randint(len(scored) - 1, (num_samples,), generator=generator)]"),
+    Mutant(cell="single_index_estimate", name="factor T = sequence length instead of the number of scored positions",
+           find=_SI_RET, replace="return -input_ids.numel() * token_ll"),
+    Mutant(cell="single_index_estimate", name="U drawn over all positions, ignoring positions",
+           find=_SI_U, replace="u = torch.randint(input_ids.numel(), (num_samples,), generator=generator)"),
+    Mutant(cell="single_index_estimate", name="default batch size: several forward passes",
+           find=_SI_PASS, replace="log_p = conditional_log_probs(model, input_ids, mask_token_id, u)"),
+    Mutant(cell="single_index_estimate", name="ignores the generator",
+           find=_SI_U, replace="u = scored[torch.randint(len(scored), (num_samples,))]"),
+    Mutant(cell="single_index_estimate", name="wrong sign",
+           find=_SI_RET, replace="return len(scored) * token_ll"),
+    # ------------------------------------------------------------------ causal_log_probs
+    Mutant(cell="causal_log_probs", name="no shift: logits at the token's own position",
+           find=_CA_LOGITS, replace="logits = model(input_ids=ids.unsqueeze(0)).logits[0, 1:]"),
+    Mutant(cell="causal_log_probs", name="ignores context_token_id",
+           find=_CA_CTX, replace="ids = ids"),
+    Mutant(cell="causal_log_probs", name="softmax instead of log-softmax",
+           find=_CA_LOGP, replace="log_p = torch.softmax(logits.float(), dim=-1)"),
+    Mutant(cell="causal_log_probs", name="raw logits instead of log-softmax",
+           find=_CA_LOGP, replace="log_p = logits.float()"),
+    Mutant(cell="causal_log_probs", name="no torch.no_grad (returns a graph)",
+           find=_CA_NOGRAD, replace="    if True:  # no torch.no_grad()\n        logits = model"),
+    Mutant(cell="causal_log_probs", name="one forward pass per prefix",
+           find=_CA_LOGITS, replace="logits = torch.stack([model(input_ids=ids[:k].unsqueeze(0)).logits[0, -1] "
+                                    "for k in range(1, ids.numel())])"),
+    Mutant(cell="causal_log_probs", name="context token appended instead of prepended",
+           find=_CA_CTX, replace="ids = torch.cat([ids, ids.new_tensor([context_token_id])])"),
+    # ------------------------------------------------------------------ perplexity
+    Mutant(cell="causal_log_probs", name="PPL: divides by T + 1 (counts the context token)",
+           find=_PPL_RET, replace="return math.exp(-float(log_likelihood) / (num_tokens + 1))"),
+    Mutant(cell="causal_log_probs", name="PPL: exp of the sum instead of the mean",
+           find=_PPL_RET, replace="return math.exp(-float(log_likelihood))"),
+    Mutant(cell="causal_log_probs", name="PPL: base 2",
+           find=_PPL_RET, replace="return 2 ** (-float(log_likelihood) / num_tokens)"),
+    Mutant(cell="causal_log_probs", name="PPL: wrong sign",
+           find=_PPL_RET, replace="return math.exp(float(log_likelihood) / num_tokens)"),
+    Mutant(cell="causal_log_probs", name="PPL: no check of num_tokens",
+           find=_PPL_CHECK, replace="    return math.exp(-float(log_likelihood)"),
+    # ------------------------------------------------------------------ conditionals_compatible
+    Mutant(cell="conditionals_compatible", name="always True",
+           find=_CC_RET, replace="return True"),
+    Mutant(cell="conditionals_compatible", name="checks p(b|a) only (always reproduced by construction)",
+           find=_CC_RET, replace="return bool(ok_b)"),
+    Mutant(cell="conditionals_compatible", name="p(a) guessed from the marginal of p(a|b) instead of the ratio",
+           find=_CC_U, replace="u = pa.mean(1).log()"),
+    Mutant(cell="conditionals_compatible", name="fits the ratio instead of the log-ratio",
+           find=_CC_LOGRATIO, replace="log_ratio = pa[support] / pb[support]"),
+    Mutant(cell="conditionals_compatible", name="ignores atol (torch defaults, too tight for float32)",
+           find=_CC_OKA, replace="ok_a = torch.allclose(joint / joint.sum(0, keepdim=True), pa)"),
+    Mutant(cell="conditionals_compatible", name="checks the rows of p(a|b) instead of its columns",
+           find=_CC_COLS, replace="if not torch.allclose(pa.sum(1), torch.ones(pa.shape[0], dtype=torch.float64), atol=1e-5):"),
+    # ------------------------------------------------------------------ bert_mask
+    Mutant(cell="bert_mask", name="80/10/10 swapped: 10 % [MASK], 80 % random",
+           find=_BM_ACTIONS, replace="masked[selected & (action < 0.1)] = mask_token_id\n"
+                                     "    swap = selected & (action >= 0.1) & (action < 0.9)"),
+    Mutant(cell="bert_mask", name="no unchanged 10 %: 80 % [MASK], 20 % random",
+           find=_BM_SWAP, replace="swap = selected & (action >= 0.8)"),
+    Mutant(cell="bert_mask", name="special tokens can be selected",
+           find=_BM_SELECT, replace="selected = (torch.rand(ids.shape, generator=generator) < q).to(ids.device)"),
+    Mutant(cell="bert_mask", name="random replacements drawn from the batch's own tokens",
+           find=_BM_RANDOM, replace="random_tokens = ids.flatten()[torch.randperm(ids.numel(), generator=generator)"
+                                    ".to(ids.device)].view(ids.shape)"),
+    Mutant(cell="bert_mask", name="labels not -100 on unselected positions",
+           find=_BM_LABELS, replace="labels = ids.clone()"),
+    Mutant(cell="bert_mask", name="labels read from the masked input",
+           find=_BM_LABELS, replace="labels = torch.where(selected, masked, torch.full_like(ids, -100))"),
+    Mutant(cell="bert_mask", name="modifies input_ids in place",
+           find=_BM_CLONE, replace="masked = ids"),
+    Mutant(cell="bert_mask", name="selection ignores the generator",
+           find=_BM_SELECT, replace="selected = (torch.rand(ids.shape) < q).to(ids.device) & ~special"),
+]
