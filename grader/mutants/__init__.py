@@ -64,6 +64,18 @@ def functions_of(source: str) -> list[tuple[str, int]]:
     return [(m.group(1), m.start()) for m in re.finditer(r"^def (\w+)\(", source, re.M)]
 
 
+def graded_functions(source: str) -> list[str]:
+    """The functions of an answer cell that students write: those holding a solution block
+    (helpers given in full in the same cell, like Task A's ``grayscale``, are not graded)."""
+    starts = functions_of(source)
+    graded = []
+    for i, (name, start) in enumerate(starts):
+        end = starts[i + 1][1] if i + 1 < len(starts) else len(source)
+        if "### BEGIN SOLUTION" in source[start:end]:
+            graded.append(name)
+    return graded
+
+
 def function_at(source: str, offset: int) -> str | None:
     name = None
     for fn, start in functions_of(source):
@@ -96,7 +108,7 @@ def validate(stem: str, mutants: list[Mutant] | None = None) -> list[str]:
         fn = function_at(src, at) or m.cell
         per_function[(m.cell, fn)] = per_function.get((m.cell, fn), 0) + 1
     for cell, src in cells.items():
-        for fn in [f for f, _ in functions_of(src)] or [cell]:
+        for fn in graded_functions(src) or [cell]:
             if per_function.get((cell, fn), 0) < MIN_PER_FUNCTION:
                 problems.append(f"{stem}:{cell}: {fn} has {per_function.get((cell, fn), 0)} mutants "
                                 f"(at least {MIN_PER_FUNCTION} needed)")
