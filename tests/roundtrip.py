@@ -32,13 +32,20 @@ class RoundTrip:
     log: str = ""
 
 
+def _command(course: Path, *args: str) -> list[str]:
+    """An nbgrader command line pointed at ``course`` and its own gradebook."""
+    return [sys.executable, "-m", "nbgrader", *args,
+            f"--CourseDirectory.root={course}",
+            f"--CourseDirectory.db_url=sqlite:///{course / 'gradebook.db'}",
+            "--CourseDirectory.course_id=learning-at-scale"]
+
+
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=str(REPO))
+
+
 def _nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "nbgrader", *args,
-           f"--CourseDirectory.root={course}",
-           f"--CourseDirectory.db_url=sqlite:///{course / 'gradebook.db'}",
-           "--CourseDirectory.course_id=learning-at-scale"]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run(cmd, cwd=course, capture_output=True, text=True, env=env)
+    return subprocess.run(_command(course, *args), cwd=course, capture_output=True, text=True, env=_env())
 
 
 def prepare_course(course: Path, notebooks: list[Path]) -> None:
@@ -59,13 +66,8 @@ def start_autograde(course: Path, student: str, submission: str) -> subprocess.P
     origin = course / ("source" if submission == "solution" else "release") / ASSIGNMENT
     shutil.copytree(origin, dst)
     _nbgrader(course, "db", "student", "add", student)
-    cmd = [sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT, "--force",
-           f"--CourseDirectory.root={course}",
-           f"--CourseDirectory.db_url=sqlite:///{course / 'gradebook.db'}",
-           "--CourseDirectory.course_id=learning-at-scale",
-           f"--ExecutePreprocessor.timeout={CELL_TIMEOUT}"]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.Popen(cmd, cwd=course, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    cmd = _command(course, "autograde", ASSIGNMENT, "--force", f"--ExecutePreprocessor.timeout={CELL_TIMEOUT}")
+    return subprocess.Popen(cmd, cwd=course, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
 
 
 def collect(course: Path, student: str, proc: subprocess.Popen) -> RoundTrip:
