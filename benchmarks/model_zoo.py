@@ -115,6 +115,10 @@ def main() -> None:
     with torch.no_grad():  # the largest causal model on the same tokens (its first token has no context)
         logits = largest(input_ids=pll_windows).logits[:, :-1]
         causal_nll = F.cross_entropy(logits.reshape(-1, VOCAB_ROWS), pll_windows[:, 1:].reshape(-1))
+    # A unigram model of the training part (add-0.01 smoothing) on the same targets: a masked model that
+    # does no better has learned word frequencies, not context.
+    counts = torch.bincount(corpus.train[:, 1:].reshape(-1), minlength=VOCAB_ROWS).double() + 0.01
+    unigram_nll = -(counts / counts.sum()).log()[pll_windows.reshape(-1)].mean()
     bert = {
         "total_params": manifest["bert"]["total_params"],
         "mask_token_id": mask_id,
@@ -122,6 +126,7 @@ def main() -> None:
         "train_seconds": manifest["bert"]["training"]["train_seconds"],
         "pseudo_perplexity_16x32_held_out_tokens": math.exp(-float(pll.mean())),
         "largest_causal_perplexity_same_tokens": math.exp(float(causal_nll)),
+        "unigram_perplexity_same_tokens": math.exp(float(unigram_nll)),
         "uniform_perplexity": VOCAB_ROWS,
     }
 
@@ -135,7 +140,9 @@ def main() -> None:
             "load_average_before": load_before,
             "load_average_after_build": load_after_build,
             "load_average_end": os.getloadavg(),
-            "note": "2 CPU cores shared with other jobs: timings are upper bounds for an idle machine",
+            "note": ("load average above 1.5 before the build: the machine was shared with other jobs, so the "
+                     "timings are upper bounds for an idle machine" if load_before[0] > 1.5 else
+                     "machine about idle before the build"),
         },
         "build_wall_seconds_this_run": build_wall,
         "build_was_cached": build_wall < 0.1 * recorded_build,
@@ -145,9 +152,9 @@ def main() -> None:
         "train_tokens_per_model": manifest["tokens_per_step"] * manifest["total_steps"],
         "data": manifest["data"],
         "models": models,
-        "held_out_loss_windows": (f"steps before {steps[-1]}: the first {recipe.eval_windows} held-out windows "
-                                  f"({recipe.eval_windows * recipe.context} targets); step {steps[-1]}: all "
-                                  f"{len(corpus.held_out)} windows, so the last point is on a different, larger set"),
+        "held_out_loss_windows": (f"held_out_loss: the first {recipe.eval_windows} held-out windows "
+                                  f"({recipe.eval_windows * recipe.context} targets) at every step; "
+                                  f"final_held_out_loss: all {len(corpus.held_out)} windows of the last step"),
         "final_loss_strictly_falls_with_size": strictly_falling,
         "loglog_slope_loss_vs_non_embedding_params": slope,
         "loglog_fit": f"final held-out loss = {math.exp(intercept):.3f} * N_nonemb^{slope:.4f}",
@@ -165,14 +172,16 @@ def main() -> None:
         row = " ".join(f"{m['held_out_loss'][str(s)]:6.3f}" for s in steps)
         print(f"{m['name']:<20}{m['non_embedding_params']:>15,}{m['total_params']:>12,}"
               f"{m['train_tokens_per_second']:>8.0f}  {row}")
-    print(f"(steps before {steps[-1]}: first {recipe.eval_windows} held-out windows; step {steps[-1]}: all "
+    print(f"(every step: the first {recipe.eval_windows} held-out windows; final loss below: all "
           f"{len(corpus.held_out)} windows)")
+    print("final held-out loss: " + ", ".join(f"{m['name']} {m['final_held_out_loss']:.3f}" for m in models))
     print(f"final loss strictly falls with size: {strictly_falling}; log-log slope {slope:.4f} "
           f"(Kaplan's alpha_N = 0.076 at far larger scale); max gap to training record "
           f"{max(m['max_gap_to_training_record'] for m in models):.1e}")
     print(f"mini-bert: masked loss {bert['held_out_masked_loss']:.3f}, pseudo-perplexity "
           f"{bert['pseudo_perplexity_16x32_held_out_tokens']:.1f} (largest mini-pythia perplexity "
-          f"{bert['largest_causal_perplexity_same_tokens']:.1f}, uniform {VOCAB_ROWS})")
+          f"{bert['largest_causal_perplexity_same_tokens']:.1f}, unigram {bert['unigram_perplexity_same_tokens']:.1f}, "
+          f"uniform {VOCAB_ROWS})")
     print(f"wrote {out}")
 
 

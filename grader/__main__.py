@@ -80,7 +80,7 @@ def cmd_autograde(args) -> int:
 
     course = _course(args)
     settings = Settings(workers=args.workers, cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout,
-                        mem_gb=args.mem_gb, sandbox=args.sandbox)
+                        mem_gb=args.mem_gb, sandbox=args.sandbox, kernel_threads=args.kernel_threads)
     if not course.students():
         print(f"no submissions under {course.grading / 'submitted'}: run `python -m grader collect PATH` first",
               file=sys.stderr)
@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=int, default=120, help="seconds per cell (default 120)")
     p.add_argument("--notebook-timeout", type=int, default=900, help="hard limit per notebook (default 900 s)")
     p.add_argument("--mem-gb", type=float, default=6.0, help="memory cap of each kernel (default 6 GB)")
+    p.add_argument("--kernel-threads", type=int, default=0,
+                   help="torch threads per kernel (default: CPU cores / workers; 1 on a machine shared with other jobs)")
     p.add_argument("--sandbox", choices=["auto", "bwrap", "unshare", "none"], default="auto")
     p = sub.add_parser("export", help="write the grades CSV")
     p.add_argument("--to", help="CSV path (default grading/grades.csv)")

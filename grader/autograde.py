@@ -47,6 +47,10 @@ class Settings:
     workers: int = 1
     sandbox: str = "auto"            # auto | bwrap | unshare | none
     max_output_lines: int = 1000
+    kernel_threads: int = 0          # torch/BLAS threads per kernel (0: CPU cores / workers)
+
+    def threads(self) -> int:
+        return self.kernel_threads or max(1, (os.cpu_count() or 1) // max(1, self.workers))
 
     def mode(self) -> str:
         if self.sandbox != "auto":
@@ -98,7 +102,7 @@ def _job_env(scratch: Path, settings: Settings, notebook: str) -> dict:
                                 "overlay": protections()["overlay"]}),
         LAS_KERNEL_LIMITS=json.dumps({"mem_bytes": int(settings.mem_gb * 1024 ** 3),
                                       "fsize_bytes": 2 * 1024 ** 3}),
-        OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // max(1, settings.workers))),
+        OMP_NUM_THREADS=str(settings.threads()),
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])),
     )
     env.pop("NBGRADER_EXECUTION", None)

@@ -103,6 +103,9 @@ def nbgrader(args: list[str], *, course_root: Path, db_url: str, env: dict | Non
            f"--CourseDirectory.course_id={COURSE_ID}", *extra]
     full_env = dict(os.environ if env is None else env)
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full_env.get("PYTHONPATH", "")]))
+    # nbgrader runs `alembic` from PATH to create a gradebook; find the one beside this interpreter
+    # even when its environment was not activated (`.venv/bin/python -m grader ...`).
+    full_env["PATH"] = os.pathsep.join(filter(None, [os.path.dirname(sys.executable), full_env.get("PATH", "")]))
     return subprocess.run(cmd, cwd=course_root, capture_output=True, text=True, env=full_env, timeout=timeout)
 
 

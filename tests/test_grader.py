@@ -12,40 +12,20 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO, SOLUTIONS
-from fixtures.hostile import EXPECTED, FULL, build
+from fixtures.hostile import CELL_TIMEOUT, EXPECTED, FULL, MEM_GB, build, write_inbox
 
 STEM = "task1_infonce"
-CELL_TIMEOUT = 40
-MEM_GB = 3
 
 
 def grader_cli(grading: Path, source: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "grader", f"--grading-dir={grading}", f"--source={source}", *args]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def _write_inbox(inbox: Path, subs: dict) -> None:
-    """The LMS download: zips for some students, folders for others, loose files for the rest."""
-    inbox.mkdir()
-    for i, (student, nb) in enumerate(sorted(subs.items())):
-        data = nb if isinstance(nb, bytes) else json.dumps(nb).encode()
-        if i % 3 == 0:
-            with zipfile.ZipFile(inbox / f"{student}.zip", "w") as zf:
-                zf.writestr(f"ex01/{STEM}.ipynb", data)
-                zf.writestr(f"__MACOSX/ex01/._{STEM}.ipynb", b"junk")
-        elif i % 3 == 1:
-            (inbox / student / "ex01").mkdir(parents=True)
-            (inbox / student / "ex01" / f"{STEM}.ipynb").write_bytes(data)
-        else:
-            (inbox / f"{student}__{STEM}.ipynb").write_bytes(data)
-    (inbox / "broken_zip.zip").write_bytes(b"this is not a zip archive")
 
 
 @pytest.fixture(scope="session")
@@ -68,7 +48,7 @@ def batch(tmp_path_factory):
     subs = build(release, solution)
     if not protections()["filesystem"]:
         del subs["snoop"]  # without bubblewrap it WOULD vandalise this test's gradebook (and the summary says so)
-    _write_inbox(tmp / "inbox", subs)
+    write_inbox(tmp / "inbox", subs, STEM)
 
     runs = {"collect": grader_cli(grading, source, "collect", str(tmp / "inbox"))}
     runs["autograde"] = grader_cli(grading, source, "autograde", "--workers=2", f"--timeout={CELL_TIMEOUT}",

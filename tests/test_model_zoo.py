@@ -192,6 +192,15 @@ def test_cache_is_keyed_on_the_recipe_and_builds_are_deterministic(monkeypatch, 
     third = load_file(weights)
     assert not all(torch.equal(first[k], third[k]) for k in first), "a changed recipe must retrain"
     assert (folder / "mini-bert" / "model.safetensors").stat().st_mtime_ns == bert_stamp
+    causal_stamp = weights.stat().st_mtime_ns
+    monkeypatch.setitem(SUITES, "tiny", dataclasses.replace(SUITES["tiny"], bert_steps=3, bert_context=16,
+                                                            mask_probability=0.4))
+    model_zoo.build("tiny", progress=False)
+    assert weights.stat().st_mtime_ns == causal_stamp, "tuning mini-bert must not retrain the causal models"
+    assert (folder / "mini-bert" / "model.safetensors").stat().st_mtime_ns != bert_stamp
+    bert = suite_manifest("tiny", build=False)["bert"]
+    assert (bert["context"], bert["steps"], bert["mask_probability"]) == (16, 3, 0.4)
+    assert bert["tokens_per_step"] == tiny.tokens_per_step()
 
 
 def test_a_built_suite_loads_from_a_read_only_cache(micro_suite, monkeypatch):
