@@ -178,3 +178,33 @@ def test_pick_steps_and_envelope():
     assert 0 not in pick_steps(range(0, 100), 5)
     c, l = lower_envelope([3, 1, 2], [1.0, 3.0, 2.0])
     assert c.tolist() == [1, 2, 3] and l.tolist() == [3.0, 2.0, 1.0]
+
+
+# ------------------------------------------------------------------- hidden check vs its mutants
+DRAWS = 8
+
+
+def test_evaluate_loss_check_kills_every_mutant_on_every_draw(solution):
+    """check_evaluate_loss draws a fresh model, context and documents on every call; each wrong
+    evaluate_loss in grader/mutants/ must fail it on every draw, not most of them (with GPT-NeoX's
+    default init, a window one token off passed 3 draws in 10)."""
+    import grader.checks.taskB_pythia_scaling as checks
+    from grader.mutants import answer_cells, load
+
+    cell = answer_cells(json.loads(NOTEBOOK.read_text(encoding="utf-8")))["evaluate_loss"]
+    for _ in range(DRAWS):
+        checks.check_evaluate_loss(solution["evaluate_loss"])
+    survivors = {}
+    for mutant in (m for m in load("taskB_pythia_scaling") if m.cell == "evaluate_loss"):
+        ns = dict(solution)
+        exec(cell.replace(mutant.find, mutant.replace, 1), ns)
+        passed = 0
+        for _ in range(DRAWS):
+            try:
+                checks.check_evaluate_loss(ns["evaluate_loss"])
+                passed += 1
+            except Exception:  # noqa: BLE001 - any failure kills the mutant on this draw
+                pass
+        if passed:
+            survivors[mutant.name] = passed
+    assert survivors == {}, f"mutants that passed some of {DRAWS} draws: {survivors}"

@@ -24,7 +24,8 @@ def _tokenizer():
                                    eos_token="<|endoftext|>")
 
 
-def _neox_config(rng: random.Random, *, vocab: int = 50304, tie: bool | None = None, context: int = 2048):
+def _neox_config(rng: random.Random, *, vocab: int = 50304, tie: bool | None = None, context: int = 2048,
+                 initializer_range: float = 0.02):
     from transformers import GPTNeoXConfig
 
     heads = rng.choice([1, 2, 4])
@@ -33,7 +34,7 @@ def _neox_config(rng: random.Random, *, vocab: int = 50304, tie: bool | None = N
                          num_attention_heads=heads, intermediate_size=4 * d, rotary_pct=0.25,
                          max_position_embeddings=context,
                          tie_word_embeddings=rng.random() < 0.5 if tie is None else tie,
-                         bos_token_id=0, eos_token_id=0)
+                         bos_token_id=0, eos_token_id=0, initializer_range=initializer_range)
 
 
 def _expected_counts(cfg) -> tuple[int, int]:
@@ -115,7 +116,9 @@ def check_evaluate_loss(evaluate_loss) -> None:
     tokenizer = _tokenizer()
     context = rng.randint(12, 24)
     torch.manual_seed(rng.randint(0, 10**6))
-    model = GPTNeoXForCausalLM(_neox_config(rng, context=context)).eval()
+    # Weights 25x larger than GPT-NeoX's init: sharp attention, so every token of context changes the
+    # predictions well beyond the tolerance (at the default 0.02 a window one token off often passed).
+    model = GPTNeoXForCausalLM(_neox_config(rng, context=context, initializer_range=0.5)).eval()
     words = _TEXT.split(" ")
     documents = [" ".join(words[: rng.randint(30, 45)]), "Speak, speak.", " ".join(words[rng.randint(5, 10):])]
     rng.shuffle(documents)
