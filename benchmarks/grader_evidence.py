@@ -21,7 +21,6 @@ import csv
 import json
 import os
 import platform
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -33,10 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the hostile fixture set lives with the tests
 
-from fixtures.hostile import CELL_TIMEOUT, EXPECTED, MEM_GB, build, write_inbox  # noqa: E402
+from fixtures.hostile import CELL_TIMEOUT, EXPECTED, MEM_GB, build, grader_cli, write_inbox  # noqa: E402
 from grader.__main__ import table  # noqa: E402
 from grader.autograde import Settings, autograde  # noqa: E402
-from grader.course import Course, sync_assignment  # noqa: E402
+from grader.course import scratch_course  # noqa: E402
 from grader.mutants import notebooks_with_mutants, student_copy  # noqa: E402
 from grader.mutants import run as run_mutants  # noqa: E402
 from grader.sandbox import protections  # noqa: E402
@@ -46,22 +45,11 @@ STEM = "task1_infonce"
 SOLUTION = ROOT / "solutions" / "ex01" / f"{STEM}.ipynb"
 
 
-def _task1_course(tmp: Path) -> tuple[Course, dict, dict]:
-    """A scratch Task-1-only course in ``tmp``: (course, release notebook, solution notebook)."""
-    (tmp / "source").mkdir()
-    shutil.copy(SOLUTION, tmp / "source")
-    course = Course(grading=tmp / "grading", source=tmp / "source")
-    sync_assignment(course)
-    release = json.loads((course.release / f"{STEM}.ipynb").read_text(encoding="utf-8"))
-    solution = json.loads(SOLUTION.read_text(encoding="utf-8"))
-    return course, release, solution
-
-
 def fixtures() -> dict:
     """Grade the hostile fixture set through the command line; compare every outcome with EXPECTED."""
     with tempfile.TemporaryDirectory(prefix="las-evidence-fixtures-") as tmp:
         tmp = Path(tmp)
-        course, release, solution = _task1_course(tmp)
+        course, release, solution = scratch_course(tmp, SOLUTION)
         subs = build(release, solution)
         skipped = []
         if not protections()["filesystem"]:
@@ -70,10 +58,7 @@ def fixtures() -> dict:
         write_inbox(tmp / "inbox", subs, STEM)
 
         def cli(*args: str) -> subprocess.CompletedProcess:
-            cmd = [sys.executable, "-m", "grader", f"--grading-dir={course.grading}", f"--source={tmp / 'source'}",
-                   *args]
-            return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                                  env=dict(os.environ, PYTHONPATH=str(ROOT)))
+            return grader_cli(course.grading, course.source, *args, timeout=None)
 
         started = time.perf_counter()
         rcs = {"collect": cli("collect", str(tmp / "inbox")).returncode}
@@ -118,7 +103,7 @@ def mutants(workers: int) -> dict:
 def throughput_run(copies: int, workers: int, kernel_threads: int = 0) -> dict:
     """Autograde ``copies`` copies of the Task 1 solution with ``workers`` workers; full pipeline."""
     with tempfile.TemporaryDirectory(prefix="las-evidence-throughput-") as tmp:
-        course, release, solution = _task1_course(Path(tmp))
+        course, release, solution = scratch_course(Path(tmp), SOLUTION)
         text = json.dumps(student_copy(release, solution))
         for i in range(copies):
             folder = course.folder("submitted", f"student{i:03d}")

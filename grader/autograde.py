@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import ASSIGNMENT, ROOT
-from .course import COURSE_ID, Course, add_students, snapshot_db, sync_assignment
+from . import ASSIGNMENT
+from .course import COURSE_ID, Course, add_students, nbgrader_env, snapshot_db, sync_assignment
 from .kernel import INTEGRITY_MARKER
 from .sandbox import KERNEL_NAME, describe, protections, write_kernel_spec
 from .submissions import INTEGRITY_TAG, Unreadable, prepare, write
@@ -90,7 +90,7 @@ def _worst(statuses) -> str:
 
 # ----------------------------------------------------------------------------- one job
 def _job_env(scratch: Path, settings: Settings, notebook: str) -> dict:
-    env = dict(os.environ)
+    env = nbgrader_env()
     env.update(
         LAS_CHECK_MODULE=f"grader.checks.{notebook}",
         JUPYTER_PATH=str(write_kernel_spec(scratch / "jupyter")),
@@ -103,7 +103,6 @@ def _job_env(scratch: Path, settings: Settings, notebook: str) -> dict:
         LAS_KERNEL_LIMITS=json.dumps({"mem_bytes": int(settings.mem_gb * 1024 ** 3),
                                       "fsize_bytes": 2 * 1024 ** 3}),
         OMP_NUM_THREADS=str(settings.threads()),
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])),
     )
     env.pop("NBGRADER_EXECUTION", None)
     return env

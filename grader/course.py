@@ -94,6 +94,27 @@ class Course:
         tmp.replace(path)
 
 
+def nbgrader_env(env: dict | None = None) -> dict:
+    """``env`` (default: this process's) for an nbgrader subprocess: the repository on PYTHONPATH, and
+    this interpreter's bin/ first on PATH, because nbgrader runs `alembic` from PATH to create a
+    gradebook, even when the environment was not activated (`.venv/bin/python -m grader ...`)."""
+    full = dict(os.environ if env is None else env)
+    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full.get("PYTHONPATH", "")]))
+    full["PATH"] = os.pathsep.join(filter(None, [os.path.dirname(sys.executable), full.get("PATH", "")]))
+    return full
+
+
+def scratch_course(folder: Path, notebook: Path) -> tuple[Course, dict, dict]:
+    """A one-notebook course in ``folder`` (source/, grading/) synced into its gradebook; returns
+    (course, the release nbgrader generated, the source notebook), both as notebook dicts."""
+    (folder / "source").mkdir()
+    shutil.copy(notebook, folder / "source")
+    course = Course(grading=folder / "grading", source=folder / "source")
+    sync_assignment(course)
+    release = json.loads((course.release / notebook.name).read_text(encoding="utf-8"))
+    return course, release, json.loads(notebook.read_text(encoding="utf-8"))
+
+
 def nbgrader(args: list[str], *, course_root: Path, db_url: str, env: dict | None = None,
              timeout: float | None = None, extra: list[str] = ()) -> subprocess.CompletedProcess:
     """Run ``python -m nbgrader ARGS`` on a course folder, configured entirely from the command line
@@ -101,12 +122,8 @@ def nbgrader(args: list[str], *, course_root: Path, db_url: str, env: dict | Non
     cmd = [sys.executable, "-m", "nbgrader", *args,
            f"--CourseDirectory.root={course_root}", f"--CourseDirectory.db_url={db_url}",
            f"--CourseDirectory.course_id={COURSE_ID}", *extra]
-    full_env = dict(os.environ if env is None else env)
-    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full_env.get("PYTHONPATH", "")]))
-    # nbgrader runs `alembic` from PATH to create a gradebook; find the one beside this interpreter
-    # even when its environment was not activated (`.venv/bin/python -m grader ...`).
-    full_env["PATH"] = os.pathsep.join(filter(None, [os.path.dirname(sys.executable), full_env.get("PATH", "")]))
-    return subprocess.run(cmd, cwd=course_root, capture_output=True, text=True, env=full_env, timeout=timeout)
+    return subprocess.run(cmd, cwd=course_root, capture_output=True, text=True, env=nbgrader_env(env),
+                          timeout=timeout)
 
 
 def sync_assignment(course: Course) -> list[str]:

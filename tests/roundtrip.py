@@ -8,7 +8,6 @@ gradebook, so two round trips (the solution and the unmodified release) run side
 from __future__ import annotations
 
 import csv
-import os
 import shutil
 import subprocess
 import sys
@@ -41,7 +40,9 @@ def _command(course: Path, *args: str) -> list[str]:
 
 
 def _env() -> dict:
-    return dict(os.environ, PYTHONPATH=str(REPO))
+    from grader.course import nbgrader_env
+
+    return nbgrader_env()
 
 
 def _nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:

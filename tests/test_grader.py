@@ -7,43 +7,25 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import shutil
 import sqlite3
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SOLUTIONS
-from fixtures.hostile import CELL_TIMEOUT, EXPECTED, FULL, MEM_GB, build, write_inbox
+from conftest import SOLUTIONS
+from fixtures.hostile import CELL_TIMEOUT, EXPECTED, FULL, MEM_GB, build, grader_cli, write_inbox
 
 STEM = "task1_infonce"
-
-
-def grader_cli(grading: Path, source: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "grader", f"--grading-dir={grading}", f"--source={source}", *args]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="session")
 def batch(tmp_path_factory):
     """Collect, autograde (2 workers), export and feedback for every hostile fixture."""
     tmp = tmp_path_factory.mktemp("grader-batch")
-    source = tmp / "source"
-    source.mkdir()
-    shutil.copy(SOLUTIONS / f"{STEM}.ipynb", source)
-    grading = tmp / "grading"
-
-    from grader.course import Course, sync_assignment
-
-    course = Course(grading=grading, source=source)
-    sync_assignment(course)
-    release = json.loads((course.release / f"{STEM}.ipynb").read_text())
-    solution = json.loads((SOLUTIONS / f"{STEM}.ipynb").read_text())
+    from grader.course import scratch_course
     from grader.sandbox import protections
+
+    course, release, solution = scratch_course(tmp, SOLUTIONS / f"{STEM}.ipynb")
+    source, grading = course.source, course.grading
 
     subs = build(release, solution)
     if not protections()["filesystem"]:

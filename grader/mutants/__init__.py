@@ -17,7 +17,6 @@ import copy
 import importlib
 import json
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,7 +136,7 @@ def run(stems: list[str] | None = None, *, workers: int = 1, mutants: dict[str, 
     """Autograde the solution and every mutant of each notebook; returns stem -> report with
     ``total``, ``killed``, ``survivors`` and per-mutant ``results``."""
     from ..autograde import Settings, autograde
-    from ..course import Course, sync_assignment
+    from ..course import scratch_course
 
     stems = stems or notebooks_with_mutants()
     reports = {}
@@ -145,13 +144,7 @@ def run(stems: list[str] | None = None, *, workers: int = 1, mutants: dict[str, 
         muts = (mutants or {}).get(stem) or load(stem)
         problems = validate(stem, muts) if mutants is None else []
         with tempfile.TemporaryDirectory(prefix=f"las-mutants-{stem}-") as tmp:
-            tmp = Path(tmp)
-            (tmp / "source").mkdir()
-            shutil.copy(SOLUTIONS / f"{stem}.ipynb", tmp / "source")
-            course = Course(grading=tmp / "grading", source=tmp / "source")
-            sync_assignment(course)
-            release = json.loads((course.release / f"{stem}.ipynb").read_text(encoding="utf-8"))
-            solution = json.loads((SOLUTIONS / f"{stem}.ipynb").read_text(encoding="utf-8"))
+            course, release, solution = scratch_course(Path(tmp), SOLUTIONS / f"{stem}.ipynb")
             names = {"solution": None}
             for i, m in enumerate(muts):
                 names[f"mutant{i:02d}"] = m
