@@ -1,14 +1,23 @@
 """Autograde submissions so that one bad notebook never stops the batch.
 
-Every (student, notebook) pair is one job: a scratch nbgrader course holding a snapshot of the
-gradebook and only that notebook (prepared by grader/submissions.py), graded by a separate
-``nbgrader autograde`` process whose kernel runs in the sandbox (grader/sandbox.py) with a
-per-cell timeout and a memory cap; the whole job also has a hard wall-clock limit. Jobs run
-``workers`` at a time; their scores are merged into the real gradebook one by one in this
+Every (student, notebook) pair is one job in two parts:
+
+* **the full run**: a scratch nbgrader course holding a snapshot of the gradebook and only that
+  notebook (prepared by grader/submissions.py), executed by a separate ``nbgrader autograde``
+  process whose kernel runs in the sandbox (grader/sandbox.py) with a per-cell timeout and a memory
+  cap. It produces the executed notebook the TA and the feedback show, and the written answers for
+  manual grading. It decides no autograded point.
+* **the judge** (grader/judge.py): the student's answer cells, probed in a second sandboxed process
+  (grader/probe.py), one forked process per case; the judge compares what came back with the
+  solution's values in this process and writes the points of every autograded test cell.
+
+Jobs run ``workers`` at a time; their scores are merged into the real gradebook one by one in this
 process, so workers never fight over the sqlite file and no student's code ever sees it.
 
 Each notebook ends with a status, and the student's status is the worst of them:
-``unreadable`` > ``kernel died`` > ``timed out`` > ``tampered`` > ``graded``.
+``unreadable`` > ``kernel died`` > ``timed out`` > ``tampered`` > ``review`` > ``graded``. Only
+``unreadable`` (nothing to grade) costs points by itself; the others describe the full run or the
+static audit (grader/audit.py) for the TA, and the judge's points stand.
 """
 
 from __future__ import annotations
@@ -30,11 +39,12 @@ from pathlib import Path
 
 from . import ASSIGNMENT
 from .course import COURSE_ID, Course, add_students, nbgrader_env, snapshot_db, sync_assignment
-from .kernel import INTEGRITY_MARKER
-from .sandbox import KERNEL_NAME, describe, protections, write_kernel_spec
-from .submissions import INTEGRITY_TAG, Unreadable, prepare, write
+from . import judge as judging
+from .sandbox import (KERNEL_NAME, describe, join_cgroup, nproc_limit, pids_cgroup, probe_prefix, protections,
+                      remove_cgroup, write_kernel_spec)
+from .submissions import Unreadable, prepare, write
 
-STATUS_ORDER = ["unreadable", "kernel died", "timed out", "tampered", "graded"]
+STATUS_ORDER = ["unreadable", "kernel died", "timed out", "tampered", "review", "graded"]
 
 
 @dataclass
@@ -48,6 +58,8 @@ class Settings:
     sandbox: str = "auto"            # auto | bwrap | unshare | none
     max_output_lines: int = 1000
     kernel_threads: int = 0          # torch/BLAS threads per kernel (0: CPU cores / workers)
+    seed: int | None = None          # the judge's input seed (None: the grading folder's own, see judge_seed)
+    probe_timeout: int = 600         # hard wall limit of one notebook's judge run
 
     def threads(self) -> int:
         return self.kernel_threads or max(1, (os.cpu_count() or 1) // max(1, self.workers))
@@ -81,6 +93,9 @@ class NotebookResult:
     max_score: float = 0.0
     scratch: Path | None = None
     infra: bool = False                             # the kernel never started: the grader's fault
+    full_run_ok: bool = False
+    verdict: object = None                          # the judge's Verdict
+    audit: list = field(default_factory=list)       # static audit findings (grader/audit.py)
 
 
 def _worst(statuses) -> str:
@@ -92,7 +107,6 @@ def _worst(statuses) -> str:
 def _job_env(scratch: Path, settings: Settings, notebook: str) -> dict:
     env = nbgrader_env()
     env.update(
-        LAS_CHECK_MODULE=f"grader.checks.{notebook}",
         JUPYTER_PATH=str(write_kernel_spec(scratch / "jupyter")),
         JUPYTER_RUNTIME_DIR=str(scratch / "runtime"),
         TMPDIR=str(scratch / "runtime"),  # nbclient writes the connection file with tempfile
@@ -100,30 +114,41 @@ def _job_env(scratch: Path, settings: Settings, notebook: str) -> dict:
         JUPYTER_PLATFORM_DIRS="1",
         LAS_SANDBOX=json.dumps({"mode": settings.mode(), "workdir": str(scratch / "work"),
                                 "overlay": protections()["overlay"]}),
-        LAS_KERNEL_LIMITS=json.dumps({"mem_bytes": int(settings.mem_gb * 1024 ** 3),
-                                      "fsize_bytes": 2 * 1024 ** 3}),
+        LAS_KERNEL_LIMITS=json.dumps(_limits(settings)),
         OMP_NUM_THREADS=str(settings.threads()),
     )
     env.pop("NBGRADER_EXECUTION", None)
     return env
 
 
-def _limit_grader_process(mem_bytes: int):
+def _limits(settings: Settings) -> dict:
+    """The kernel's and the probe harness's setrlimit caps (grader/kernel.py apply_limits)."""
+    limits = {"mem_bytes": int(settings.mem_gb * 1024 ** 3), "fsize_bytes": 2 * 1024 ** 3}
+    if os.getuid() != 0:  # root ignores RLIMIT_NPROC: the pids cgroup caps it (sandbox.pids_cgroup)
+        limits["nproc"] = nproc_limit()
+    return limits
+
+
+def _limit_grader_process(mem_bytes: int, cgroup: Path | None = None):
+    join = join_cgroup(cgroup)
+
     def apply():
         import resource
 
+        join()
         # nbgrader itself holds every output the kernel streams: cap it too (above the kernel's cap)
         cap = mem_bytes + 4 * 1024 ** 3
         resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
     return apply
 
 
-def _run(cmd: list[str], *, cwd: Path, env: dict, timeout: float, mem_bytes: int) -> tuple[int | None, str]:
+def _run(cmd: list[str], *, cwd: Path, env: dict, timeout: float, mem_bytes: int,
+         cgroup: Path | None = None) -> tuple[int | None, str]:
     """Run in its own session; on timeout kill the whole group (nbgrader and, through
     PR_SET_PDEATHSIG / bwrap --die-with-parent, its kernel). Returns (returncode or None, log)."""
     with tempfile.TemporaryFile() as out:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_limit_grader_process(mem_bytes))
+                                start_new_session=True, preexec_fn=_limit_grader_process(mem_bytes, cgroup))
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -137,8 +162,9 @@ def _run(cmd: list[str], *, cwd: Path, env: dict, timeout: float, mem_bytes: int
 
 
 def grade_notebook(course: Course, student: str, notebook: str, settings: Settings, db_snapshot: Path,
-                   workroot: Path) -> NotebookResult:
-    """Autograde one notebook of one student in a scratch course; never raises for student faults."""
+                   workroot: Path, reference: dict | None = None) -> NotebookResult:
+    """Autograde one notebook of one student: the full run, then the judge. Never raises for
+    student faults. ``reference`` is the solution's evidence (judge.reference_records)."""
     result = NotebookResult(student, notebook)
     started = time.monotonic()
     submitted = course.folder("submitted", student) / f"{notebook}.ipynb"
@@ -155,9 +181,45 @@ def grade_notebook(course: Course, student: str, notebook: str, settings: Settin
     if prepared.tampered:
         result.status = "tampered"
     result.reasons += prepared.tampered + prepared.notes
+    _audit(prepared.notebook, notebook, result)
 
     scratch = Path(tempfile.mkdtemp(prefix=f"{student}-{notebook}-", dir=workroot))
     result.scratch = scratch
+    cgroup = pids_cgroup(scratch.name)
+    try:
+        executed = _full_run(course, student, notebook, settings, db_snapshot, scratch, prepared, submitted,
+                             result, cgroup)
+        verdict = _judge_run(course, notebook, settings, scratch, prepared.notebook, reference, result, cgroup)
+    finally:
+        remove_cgroup(cgroup)
+    result.seconds = time.monotonic() - started
+    _apply_verdict(course, notebook, verdict, executed, result)
+    return result
+
+
+def _audit(nb: dict, notebook: str, result: NotebookResult) -> None:
+    """The static audit: suspicious code keeps its points but asks a TA to look (status review)."""
+    try:
+        from .audit import audit_notebook, summarise
+    except ImportError:  # pragma: no cover - the audit module ships with the grader
+        return
+    try:
+        findings = audit_notebook(nb)
+    except Exception as exc:  # noqa: BLE001 - an audit that trips is itself worth a look
+        result.reasons.append(f"{notebook}: the static audit failed ({exc.__class__.__name__}); look at it by hand")
+        result.status = "review" if result.status == "graded" else result.status
+        return
+    if findings:
+        if result.status == "graded":
+            result.status = "review"
+        result.reasons.append(f"{notebook}: {summarise(findings)}")
+        result.audit = [f"{f.cell} line {f.line}: {f.what}: {f.code}" for f in findings[:50]]
+
+
+def _full_run(course, student, notebook, settings, db_snapshot, scratch, prepared, submitted, result,
+              cgroup) -> Path | None:
+    """Execute the whole notebook with nbgrader in the sandboxed kernel; returns the executed
+    notebook (or None) and records timeouts, a dead kernel and memory-cap hits in ``result``."""
     course_dir = scratch / "course"
     write(prepared.notebook, course_dir / "submitted" / student / ASSIGNMENT / f"{notebook}.ipynb")
     (scratch / "work").mkdir()
@@ -180,72 +242,123 @@ def grade_notebook(course: Course, student: str, notebook: str, settings: Settin
            f"--LimitOutput.max_lines={settings.max_output_lines}",
            "--Autograde.create_student=True"]
     code, log = _run(cmd, cwd=course_dir, env=_job_env(scratch, settings, notebook),
-                     timeout=settings.notebook_timeout, mem_bytes=int(settings.mem_gb * 1024 ** 3))
+                     timeout=settings.notebook_timeout, mem_bytes=int(settings.mem_gb * 1024 ** 3), cgroup=cgroup)
     result.log = log
-    result.seconds = time.monotonic() - started
     executed = course_dir / "autograded" / student / ASSIGNMENT / f"{notebook}.ipynb"
-
+    result.full_run_ok = code == 0 and executed.exists()
     if code is None:
-        result.status, result.grades = "timed out", None
-        result.reasons.insert(0, f"{notebook}: still running after the {settings.notebook_timeout} s limit "
-                                 "per notebook (a loop that ignores interrupts?); 0 points")
-        return result
+        result.status = _worse(result.status, "timed out")
+        result.reasons.insert(0, f"{notebook}: the full run was still going after the {settings.notebook_timeout} s "
+                                 "limit per notebook (a loop that ignores interrupts?); its outputs are lost, "
+                                 "the judge graded the functions")
+        return None
     if code != 0 or not executed.exists():
-        result.grades = None
         result.infra = bool(re.search(r"Kernel died before replying to kernel_info|Kernel didn't respond", log))
         if re.search(r"CellTimeoutError|Timeout waiting for execute reply", log):
-            result.status = "timed out"
+            result.status = _worse(result.status, "timed out")
             result.reasons.insert(0, f"{notebook}: a cell ran past {settings.cell_timeout} s and ignored the "
-                                     "interrupt; 0 points for this notebook")
+                                     "interrupt; the full run stopped there")
         elif re.search(r"DeadKernelError|Kernel died|kernel died", log):
-            result.status = "kernel died"
-            result.reasons.insert(0, f"{notebook}: the kernel died (os._exit, a crash, or the "
-                                     f"{settings.mem_gb:g} GB memory cap); 0 points for this notebook")
+            result.status = _worse(result.status, "kernel died")
+            result.reasons.insert(0, f"{notebook}: the kernel died in the full run (os._exit, a crash, or the "
+                                     f"{settings.mem_gb:g} GB memory cap); look at it by hand")
         else:
-            result.status = "unreadable"
+            result.status = _worse(result.status, "unreadable")
             last = [ln for ln in log.splitlines() if "ERROR" in ln or "Error" in ln][-3:]
-            result.reasons.insert(0, f"{notebook}: nbgrader could not grade it: {' | '.join(last)[-300:]}")
-        return result
-
-    result.autograded = executed
+            result.reasons.insert(0, f"{notebook}: nbgrader could not run it: {' | '.join(last)[-300:]}")
+        return None
     _inspect_outputs(executed, result, settings)
     _read_scores(db_url, student, notebook, result)
-    return result
+    return executed
+
+
+def _judge_run(course, notebook, settings, scratch, nb, reference, result, cgroup):
+    """Probe the answer cells in the sandbox and judge the evidence; None when there is no reference."""
+    if reference is None:
+        return None
+    release = json.loads((course.release / f"{notebook}.ipynb").read_text(encoding="utf-8"))
+    workdir = scratch / "judge"
+    workdir.mkdir()
+    threads = settings.threads()
+    env = judging._harness_env(threads)
+    env["LAS_KERNEL_LIMITS"] = json.dumps(_limits(settings))
+    prefix = probe_prefix(settings.mode(), workdir, env, overlay=protections()["overlay"])
+    plan = {"stem": notebook, "seed": settings.seed or 0, "isolate": "case",
+            "variants": {"student": judging.notebook_cells(release, nb)}}
+    outer_env = dict(env) if not prefix or prefix[0] != "bwrap" else {"PATH": os.environ.get("PATH", "")}
+    records, tail = judging.run_harness(plan, workdir=workdir, command_prefix=prefix, env=outer_env,
+                                        timeout=settings.probe_timeout, threads=threads,
+                                        preexec_fn=join_cgroup(cgroup))
+    cases, header = judging.by_case(records, "student")
+    if not cases:
+        result.reasons.append(f"{notebook}: the judge got no evidence (the probe run failed: "
+                              f"{tail.strip().splitlines()[-1][:200] if tail.strip() else 'no output'})")
+    verdict = judging.judge(notebook, cases, reference, judging.points_per_test_cell(release), header)
+    timed = sorted({c.cell for c in verdict.cases if not c.passed and "did not finish" in c.message})
+    if timed:
+        result.reasons.append(f"{notebook}: checks of {', '.join(timed)} ran past their time limit (0 for those checks)")
+    return verdict
+
+
+def _apply_verdict(course, notebook, verdict, executed, result) -> None:
+    """The judge's points replace whatever nbgrader read from the test cells' outputs."""
+    manual = dict(result.grades or {})
+    result.grades = {}
+    if verdict is None:
+        result.grades = None
+        return
+    release = json.loads((course.release / f"{notebook}.ipynb").read_text(encoding="utf-8"))
+    for cell in release["cells"]:
+        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+        gid = meta.get("grade_id")
+        if meta.get("grade") and meta.get("solution"):     # a written answer: the TA grades it
+            result.grades[gid] = manual.get(gid, (None, True))
+    for cell, pts in verdict.points.items():
+        result.grades[cell] = (pts, False)
+        result.comments[cell] = verdict.cell_report(cell)
+    result.verdict = verdict
+    if executed is not None:
+        _annotate(executed, verdict)
+
+
+def _annotate(executed: Path, verdict) -> None:
+    """Put the judge's per-case report under each test cell of the executed notebook (feedback)."""
+    try:
+        nb = json.loads(executed.read_text(encoding="utf-8"))
+        for cell in nb["cells"]:
+            gid = ((cell.get("metadata") or {}).get("nbgrader") or {}).get("grade_id")
+            if gid in verdict.points and cell.get("cell_type") == "code":
+                cell.setdefault("outputs", []).append(
+                    {"output_type": "stream", "name": "stdout", "text": verdict.cell_report(gid) + "\n"})
+        executed.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+
+
+def _worse(a: str, b: str) -> str:
+    return min(a, b, key=STATUS_ORDER.index)
 
 
 def _inspect_outputs(executed: Path, result: NotebookResult, settings: Settings) -> None:
-    """Timeouts, memory errors and the integrity report, read back from the executed notebook."""
+    """Timeouts and memory errors of the full run, read back from the executed notebook."""
     nb = json.loads(executed.read_text(encoding="utf-8"))
     timed_out: set[str] = set()
     for i, cell in enumerate(nb["cells"]):
         where = (cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id") or f"cell {i}"
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
-                ename, evalue = out.get("ename", ""), str(out.get("evalue", ""))
+                ename, evalue = str(out.get("ename", "")), str(out.get("evalue", ""))
                 if ename in ("CellTimeoutError", "KeyboardInterrupt", "TimeoutError") or "Timeout" in ename:
-                    if result.status in ("graded", "tampered"):
-                        result.status = "timed out"
+                    result.status = _worse(result.status, "timed out")
                     if where in timed_out:
                         continue
                     timed_out.add(where)
                     result.reasons.append(f"{where} ran past {settings.cell_timeout} s and was interrupted "
-                                          "(the rest was graded)")
+                                          "in the full run")
                 elif ename == "MemoryError" or "can't allocate memory" in evalue or "out of memory" in evalue.lower():
                     result.reasons.append(f"{where} hit the {settings.mem_gb:g} GB memory cap")
-            text = "".join(out.get("text", "")) if out.get("output_type") == "stream" else ""
-            if INTEGRITY_TAG in cell.get("metadata", {}).get("tags", []) and INTEGRITY_MARKER in text:
-                line = text.split(INTEGRITY_MARKER, 1)[1].splitlines()[0]
-                try:
-                    changed = json.loads(line)
-                except ValueError:
-                    changed = ["(unparseable integrity report)"]
-                if changed:
-                    if result.status == "graded":
-                        result.status = "tampered"
-                    shown = ", ".join(changed[:12]) + (" ..." if len(changed) > 12 else "")
-                    result.reasons.append(f"replaced during execution: {shown} (graded with the originals)")
     if "Timeout waiting for execute reply" in result.log and not any("interrupted" in r for r in result.reasons):
-        result.status = "timed out" if result.status in ("graded", "tampered") else result.status
+        result.status = _worse(result.status, "timed out")
         result.reasons.append(f"a cell ran past {settings.cell_timeout} s and was interrupted")
 
 
@@ -327,10 +440,19 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
     try:
         snapshot = workroot / "gradebook.db"
         snapshot_db(course.db_path, snapshot)
+        if settings.seed is None:
+            settings.seed = judging.judge_seed(course.grading)
+        references = {}
+        for nb in notebooks:
+            progress(f"judge: reference values of {nb} (the solution, outside the sandbox)")
+            release = json.loads((course.release / f"{nb}.ipynb").read_text(encoding="utf-8"))
+            solution = json.loads((course.source / f"{nb}.ipynb").read_text(encoding="utf-8"))
+            references[nb] = judging.reference_records(nb, release, solution, settings.seed, workroot,
+                                                       threads=settings.threads())
         results: dict[str, list[NotebookResult]] = {s: [] for s in students}
         jobs = [(s, nb) for s in students for nb in notebooks]
         with ThreadPoolExecutor(max(1, settings.workers)) as pool:
-            futures = {pool.submit(grade_notebook, course, s, nb, settings, snapshot, workroot): (s, nb)
+            futures = {pool.submit(grade_notebook, course, s, nb, settings, snapshot, workroot, references[nb]): (s, nb)
                        for s, nb in jobs}
             for done, future in enumerate(as_completed(futures), 1):
                 s, nb = futures[future]
@@ -361,7 +483,9 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
                 "status": worst,
                 "reason": "; ".join(reasons),
                 "notebooks": {res.notebook: {"status": res.status, "reasons": res.reasons, "score": res.score,
-                                             "max_score": res.max_score, "seconds": round(res.seconds, 1)}
+                                             "max_score": res.max_score, "seconds": round(res.seconds, 1),
+                                             "judge": res.verdict.to_json() if res.verdict is not None else None,
+                                             "audit": res.audit}
                               for res in per_nb},
                 "score": sum(res.score for res in per_nb),
                 "max_score": sum(res.max_score for res in per_nb),

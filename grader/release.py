@@ -46,7 +46,9 @@ def generate_release(out_dir: Path | None = None) -> Path:
             f"--CourseDirectory.db_url=sqlite:///{tmp / 'gradebook.db'}",
             "--log-level=WARN",
         ]
-        proc = subprocess.run(cmd, cwd=GRADER_DIR, capture_output=True, text=True)
+        from .course import nbgrader_env
+
+        proc = subprocess.run(cmd, cwd=GRADER_DIR, capture_output=True, text=True, env=nbgrader_env())
         if proc.returncode != 0:
             raise RuntimeError(f"nbgrader generate_assignment failed:\n{proc.stdout}\n{proc.stderr}")
         generated = target / ASSIGNMENT

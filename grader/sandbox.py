@@ -1,5 +1,5 @@
 """Run each grading kernel in a sandbox: no network, a memory cap, and a filesystem that holds
-only what a notebook needs (the Python environment, utils/, data/, grader/checks/, the model cache
+only what a notebook needs (the Python environment, utils/, data/, the model cache
 and the student's own folder) -- not the gradebook, other students' work or solutions/.
 
 Mechanisms, best first (``protections()`` says which ones this machine has):
@@ -32,7 +32,7 @@ from . import GRADER_DIR, ROOT
 KERNEL_NAME = "las-sandbox"
 ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "PYTHONPATH", "PYTHONHASHSEED",
             "NBGRADER_EXECUTION", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-            "CUDA_VISIBLE_DEVICES", "MPLBACKEND", "LAS_KERNEL_LIMITS", "LAS_CHECK_MODULE")
+            "CUDA_VISIBLE_DEVICES", "MPLBACKEND", "LAS_KERNEL_LIMITS")
 # JPY_PARENT_PID stays out: inside the pid namespace the parent looks like pid 1 and ipykernel
 # would shut down at once; --die-with-parent and PR_SET_PDEATHSIG do its job instead.
 ENV_KEEP_PREFIXES = ("PYDEVD_", "LAS_PRESET", "LAS_DEVICE")
@@ -97,6 +97,13 @@ def write_kernel_spec(folder: Path) -> Path:
     return folder
 
 
+# What each sandboxed process may read of the repository. Neither holds grader/checks/ (the judge's
+# cases), solutions/ or grading/.
+KERNEL_PATHS = ("utils", "data", "pyproject.toml", "grader/__init__.py", "grader/kernel.py")
+PROBE_PATHS = ("utils", "data", "pyproject.toml", "grader/__init__.py", "grader/kernel.py", "grader/probe.py",
+               "grader/evidence.py", "grader/probes")
+
+
 def _kernel_env(home: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in ENV_KEEP or k.startswith(ENV_KEEP_PREFIXES)}
     env.update(HOME=home, MPLCONFIGDIR=f"{home}/.matplotlib", XDG_CACHE_HOME=f"{home}/.cache",
@@ -110,11 +117,16 @@ def _ro(path: str | Path) -> list[str]:
     return ["--ro-bind", path, path] if os.path.exists(path) else []
 
 
-def bwrap_command(settings: dict, connection_file: str, cwd: str) -> list[str]:
-    """The bubblewrap command line for one kernel (see the module docstring for what is visible)."""
+TMP_BYTES = 512 * 1024 ** 2   # the sandbox's /tmp and build/ are RAM-backed: cap them
+
+
+def _bwrap_base(repo_paths: tuple[str, ...], overlay: bool = False) -> list[str]:
+    """Namespaces, the system, the interpreter and ``repo_paths`` of the repository, read-only; a
+    size-capped /tmp; build/ as a size-capped tmpfs over the read-only model cache."""
     repo = str(ROOT)
-    cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--cap-drop", "ALL",
-           "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--perms", "0700", "--dir", "/tmp/home"]
+    cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+           "--proc", "/proc", "--dev", "/dev", "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
+           "--perms", "0700", "--dir", "/tmp/home"]
     for top in ("/usr", "/etc", "/opt"):
         cmd += _ro(top)
     for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
@@ -126,28 +138,49 @@ def bwrap_command(settings: dict, connection_file: str, cwd: str) -> list[str]:
     for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}:
         if not prefix.startswith(("/usr", "/etc", "/opt")):
             cmd += _ro(prefix)
-    # the repository: only what notebooks import or read
-    for rel in ("utils", "data", "pyproject.toml", "grader/__init__.py", "grader/kernel.py", "grader/checks"):
+    for rel in repo_paths:
         cmd += _ro(os.path.join(repo, rel))
     build = os.path.join(repo, "build")
-    cmd += ["--tmpfs", build]
+    cmd += ["--size", str(TMP_BYTES), "--tmpfs", build]
     cache = os.path.join(build, "cache")
     if os.path.isdir(cache):
-        if settings.get("overlay"):
+        if overlay:
             cmd += ["--overlay-src", cache, "--tmp-overlay", cache]  # writable, changes discarded
         else:
             cmd += ["--ro-bind", cache, cache]
     for dev in sorted(glob.glob("/dev/nvidia*")):  # GPUs, where the grading machine has them
         cmd += ["--dev-bind", dev, dev]
+    return cmd
+
+
+def bwrap_command(settings: dict, connection_file: str, cwd: str) -> list[str]:
+    """The bubblewrap command line for one kernel (the full run of the student's notebook)."""
+    cmd = _bwrap_base(KERNEL_PATHS, bool(settings.get("overlay")))
     runtime = os.path.dirname(os.path.abspath(connection_file))
     cmd += ["--bind", runtime, runtime]
-    # The kernel's working directory is nbgrader's autograded folder, where the notebook WITH the
-    # hidden tests sits during execution: show the kernel a decoy holding the submission instead.
+    # The kernel's working directory is nbgrader's autograded folder, where the notebook sits during
+    # execution: show the kernel a decoy holding the submission instead.
     workdir = settings.get("workdir") or cwd
     cmd += ["--bind", workdir, cwd, "--chdir", cwd, "--clearenv"]
     for key, value in _kernel_env("/tmp/home").items():
         cmd += ["--setenv", key, value]
     return cmd
+
+
+def probe_prefix(mode: str, workdir: Path, env: dict, overlay: bool = False) -> list[str]:
+    """The command prefix that runs the judge's probe harness (grader/probe.py) in the sandbox:
+    it sees the environment, utils/, data/, the model cache and grader's probe modules, never
+    grader/checks/ (the cases and references), solutions/, the gradebook or other students."""
+    if mode == "bwrap":
+        cmd = _bwrap_base(PROBE_PATHS, overlay)
+        cmd += ["--ro-bind", str(workdir), str(workdir), "--chdir", str(workdir), "--clearenv"]
+        for key, value in {**env, "HOME": "/tmp/home", "MPLCONFIGDIR": "/tmp/home/.matplotlib",
+                           "XDG_CACHE_HOME": "/tmp/home/.cache"}.items():
+            cmd += ["--setenv", key, value]
+        return cmd + ["--"]
+    if mode == "unshare":
+        return ["unshare", "--user", "--net", "--map-root-user", "--"]
+    return []
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -168,3 +201,68 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ----------------------------------------------------------------------------- process limits
+PIDS_ROOT = Path("/sys/fs/cgroup/pids")
+PIDS_MAX = 512   # processes and threads of one grading job (torch's pools need a few dozen)
+
+
+def pids_cgroup(name: str, limit: int = PIDS_MAX) -> Path | None:
+    """A cgroup (v1 pids controller) capping the tasks of one grading job, where this machine lets
+    us make one (root on a cgroup-v1 host); None elsewhere, and RLIMIT_NPROC is the fallback."""
+    try:
+        if not (PIDS_ROOT / "cgroup.procs").exists():
+            return None
+        path = PIDS_ROOT / f"las-{os.getpid()}-{name}"
+        path.mkdir(exist_ok=True)
+        (path / "pids.max").write_text(str(limit))
+        return path
+    except OSError:
+        return None
+
+
+def join_cgroup(path: Path | None):
+    """A ``preexec_fn`` that moves the new process into ``path`` (its children follow)."""
+    def join():
+        if path is not None:
+            try:
+                (path / "cgroup.procs").write_text(str(os.getpid()))
+            except OSError:
+                pass
+    return join
+
+
+def remove_cgroup(path: Path | None) -> None:
+    if path is None:
+        return
+    import signal
+    import time
+
+    for _ in range(20):
+        try:
+            for pid in (path / "cgroup.procs").read_text().split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except OSError:
+                    pass
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
+def nproc_limit(margin: int = PIDS_MAX) -> int:
+    """RLIMIT_NPROC for a non-root grader: the tasks this user runs now plus ``margin`` (root is
+    exempt from RLIMIT_NPROC; the pids cgroup covers it)."""
+    uid, count = os.getuid(), 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry}/task"))
+            except OSError:
+                pass
+    return count + margin

@@ -10,8 +10,9 @@
 * compares every locked cell with the release: an edited or deleted test cell is reported as
   tampering (nbgrader then restores the original from the gradebook, so the grade is unaffected);
 * strips grading metadata the student invented (a cell claiming to be a graded cell the
-  assignment does not have);
-* appends one plain cell that reports replaced comparison functions (grader/kernel.py).
+  assignment does not have).
+
+None of this decides points: the judge (grader/judge.py) does, from the answer cells alone.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_NOTEBOOK_BYTES = 64 * 1024 ** 2
-INTEGRITY_SOURCE = "from grader.kernel import integrity_report as _las_integrity; _las_integrity()"
-INTEGRITY_TAG = "las-integrity"
+MAX_CELLS = 5_000         # the assignment notebooks have under 100
+MAX_OUTPUTS = 20_000      # validating 20,000 outputs takes about 3 s
+INTEGRITY_TAG = "las-integrity"   # an older grader appended a cell with this tag; feedback still drops it
 
 
 class Unreadable(Exception):
@@ -46,8 +48,25 @@ def _source(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else str(src)
 
 
+def _check_shape(nb, name: str) -> None:
+    """Refuse a parsed notebook that nbformat would take minutes to validate and convert (a million
+    cells, a flood of outputs): counting is cheap, validation is not (about 0.1 ms per output)."""
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise Unreadable(f"{name} has no list of cells")
+    cells = nb["cells"]
+    if len(cells) > MAX_CELLS:
+        raise Unreadable(f"{name} has {len(cells)} cells (limit {MAX_CELLS}); submit the assignment notebook "
+                         "with its original cells")
+    outputs = sum(len(c["outputs"]) for c in cells if isinstance(c, dict) and isinstance(c.get("outputs"), list))
+    if outputs > MAX_OUTPUTS:
+        raise Unreadable(f"{name} has {outputs} outputs (limit {MAX_OUTPUTS}); clear its outputs and resubmit")
+
+
 def read_notebook(path: Path) -> dict:
-    """Parse and validate a notebook; raise :class:`Unreadable` with the reason."""
+    """Parse and validate a notebook; raise :class:`Unreadable` with the reason.
+
+    The size, cell and output limits are checked before nbformat sees the notebook, so a hostile
+    file is refused in about a second instead of stalling the batch in validation."""
     import nbformat
 
     try:
@@ -58,10 +77,22 @@ def read_notebook(path: Path) -> dict:
         raise Unreadable(f"{path.name} is {size / 1024 ** 2:.0f} MB (limit {MAX_NOTEBOOK_BYTES // 1024 ** 2} MB); "
                          "clear its outputs and resubmit")
     try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_NOTEBOOK_BYTES + 1)  # the file may have grown since stat
+    except OSError as exc:
+        raise Unreadable(f"cannot read {path.name}: {exc.strerror}") from None
+    if len(data) > MAX_NOTEBOOK_BYTES:
+        raise Unreadable(f"{path.name} is larger than {MAX_NOTEBOOK_BYTES // 1024 ** 2} MB; clear its outputs "
+                         "and resubmit")
+    try:
+        text = data.decode("utf-8")
+        _check_shape(json.loads(text), path.name)
         with warnings.catch_warnings():  # duplicate cell ids are repaired below, quietly
             warnings.simplefilter("ignore")
-            nb = nbformat.read(str(path), as_version=4)
-    except Exception as exc:  # noqa: BLE001 - NotJSONError, UnicodeDecodeError, KeyError, ...
+            nb = nbformat.reads(text, as_version=4)
+    except Unreadable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - NotJSONError, UnicodeDecodeError, KeyError, RecursionError, ...
         raise Unreadable(f"{path.name} is not a valid notebook ({exc.__class__.__name__}: "
                          f"{str(exc)[:160]})") from None
     try:
@@ -72,7 +103,10 @@ def read_notebook(path: Path) -> dict:
         pass
     if not isinstance(nb.get("cells"), list):
         raise Unreadable(f"{path.name} has no list of cells")
-    return json.loads(nbformat.writes(nb))
+    try:
+        return json.loads(nbformat.writes(nb))
+    except Exception as exc:  # noqa: BLE001 - e.g. RecursionError on absurdly nested metadata
+        raise Unreadable(f"{path.name} cannot be re-serialised ({exc.__class__.__name__}: {str(exc)[:160]})") from None
 
 
 def prepare(path: Path, release_path: Path) -> Prepared:
@@ -134,10 +168,6 @@ def prepare(path: Path, release_path: Path) -> Prepared:
         if "id" in cell and cell["id"] in ids:
             cell["id"] = f"{cell['id'][:50]}-{i}"
         ids.add(cell.get("id"))
-
-    # 4. the integrity report runs last
-    nb["cells"].append({"cell_type": "code", "execution_count": None, "id": "las-integrity",
-                        "metadata": {"tags": [INTEGRITY_TAG]}, "outputs": [], "source": INTEGRITY_SOURCE})
     return out
 
 

@@ -1,0 +1,364 @@
+"""The judge: decides every autograded point, in the grader's own process.
+
+The student's code never decides a grade. For one notebook the judge
+
+1. builds the cells the probe harness loads: the release's parameters, setup and given cells (from
+   the release, so edits there change nothing) and the student's answer cells (:func:`notebook_cells`);
+2. runs the harness (grader/probe.py) on them inside the sandbox, one forked process per case,
+   and reads back only encoded values (grader/evidence.py): what each function returned or raised;
+3. runs the same harness on the solution, outside the sandbox, once per batch and seed
+   (:func:`reference_records`): the reference never enters the sandbox;
+4. compares the two with the named cases of ``grader/checks/<stem>.py``, each worth a share of its
+   test cell's points (:func:`judge`). Missing or malformed evidence fails its case.
+
+A warning, stderr output or a display value cannot change anything here: they are not evidence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import ROOT
+from .evidence import EvidenceError, decode
+
+MAX_RECORD_BYTES = 30 * 1024 ** 2
+MAX_TOTAL_BYTES = 400 * 1024 ** 2
+
+
+def _meta(cell: dict) -> dict:
+    return (cell.get("metadata") or {}).get("nbgrader") or {}
+
+
+def _source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+# --------------------------------------------------------------------------- the cases
+@dataclass(frozen=True)
+class Case:
+    """One named check: ``probe`` (in grader/probes/<stem>.py) gives the student's value, ``check``
+    compares it with the solution's value and raises AssertionError(message) when it is wrong.
+    ``says`` is the requirement in the words of the task text, shown in the feedback."""
+
+    cell: str
+    probe: str
+    says: str
+    check: object
+    weight: float = 1.0
+
+
+def load_cases(stem: str) -> list[Case]:
+    return list(importlib.import_module(f"grader.checks.{stem}").CASES)
+
+
+# --------------------------------------------------------------------------- cells to probe
+def cell_role(cell: dict) -> str:
+    """parameters | setup | answer | test | written | given | markdown."""
+    if cell.get("cell_type") != "code":
+        return "written" if _meta(cell).get("solution") else "markdown"
+    meta = _meta(cell)
+    if "parameters" in ((cell.get("metadata") or {}).get("tags") or []):
+        return "parameters"
+    if meta.get("grade_id") == "setup":
+        return "setup"
+    if meta.get("solution") and not meta.get("grade"):
+        return "answer"
+    if meta.get("grade"):
+        return "test"
+    return "given"
+
+
+def notebook_cells(release: dict, answers: dict | None) -> list[dict]:
+    """The code cells the harness loads, in release order: locked and given cells from ``release``,
+    answer cells from ``answers`` (a student's notebook, or the solution; the last cell carrying a
+    grade_id wins, as in nbgrader). A missing answer cell becomes empty."""
+    by_id: dict[str, str] = {}
+    for cell in (answers or {}).get("cells", []) if isinstance(answers, dict) else []:
+        if isinstance(cell, dict) and cell.get("cell_type") == "code":
+            gid = _meta(cell).get("grade_id")
+            if isinstance(gid, str):
+                by_id[gid] = _source(cell)
+    cells = []
+    for i, cell in enumerate(release["cells"]):
+        role = cell_role(cell)
+        if role not in ("parameters", "setup", "answer", "given"):
+            continue
+        gid = _meta(cell).get("grade_id") or f"cell {i}"
+        source = by_id.get(gid, "") if role == "answer" else _source(cell)
+        cells.append({"id": gid, "role": role, "source": source})
+    return cells
+
+
+def points_per_test_cell(release: dict) -> dict[str, float]:
+    """grade_id -> points of every autograded test cell of the release."""
+    return {_meta(c)["grade_id"]: float(_meta(c).get("points") or 0) for c in release["cells"]
+            if cell_role(c) == "test"}
+
+
+# --------------------------------------------------------------------------- running the harness
+def _harness_env(threads: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "HOME", "TZ")}
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", LAS_PRESET="smoke",
+               NBGRADER_EXECUTION="autograde", MPLBACKEND="Agg")
+    for key in ("LAS_BUILD_DIR", "LAS_DEVICE"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    return env
+
+
+def run_harness(plan: dict, *, workdir: Path, command_prefix: list[str] | None = None, env: dict | None = None,
+                timeout: float = 900.0, threads: int = 1, preexec_fn=None) -> tuple[list[dict], str]:
+    """Run ``python -m grader.probe`` on ``plan`` (optionally wrapped by ``command_prefix``, the
+    sandbox) and return (records, the tail of its stderr). Never raises for what the student did:
+    a harness that dies or runs past ``timeout`` leaves the cases it did not report missing."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    plan_path = workdir / "plan.json"
+    plan_path.write_text(json.dumps(plan), encoding="utf-8")
+    cmd = [*(command_prefix or []), sys.executable, "-m", "grader.probe", str(plan_path)]
+    full_env = _harness_env(threads) if env is None else env
+    records: list[dict] = []
+    with tempfile.TemporaryFile(dir=workdir) as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                                cwd=workdir, env=full_env, start_new_session=True, preexec_fn=preexec_fn)
+        timer = threading.Timer(timeout, _kill_group, args=(proc,))
+        timer.start()
+        total = 0
+        try:
+            while True:
+                line = proc.stdout.readline(MAX_RECORD_BYTES + 1)
+                if not line:
+                    break
+                total += len(line)
+                if total > MAX_TOTAL_BYTES:
+                    _kill_group(proc)
+                    break
+                if len(line) > MAX_RECORD_BYTES or not line.endswith(b"\n"):
+                    # an over-long record: skip the rest of it
+                    while line and not line.endswith(b"\n"):
+                        line = proc.stdout.readline(1 << 20)
+                    continue
+                try:
+                    rec = json.loads(line)
+                except (ValueError, RecursionError):
+                    continue
+                if isinstance(rec, dict):
+                    records.append(rec)
+        finally:
+            timer.cancel()
+            _kill_group(proc)
+            proc.wait()
+        err.seek(0, 2)
+        size = err.tell()
+        err.seek(max(0, size - 4000))
+        tail = err.read().decode("utf-8", "replace")
+    return records, tail
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def by_case(records: list[dict], variant: str, seed: int | None = None) -> tuple[dict[str, dict], dict]:
+    """(case name -> record, header) of one variant (and seed, when a run had several)."""
+    cases, header = {}, {}
+    for rec in records:
+        if rec.get("variant") != variant or (seed is not None and rec.get("seed") != seed):
+            continue
+        if rec.get("kind") == "case" and isinstance(rec.get("case"), str):
+            cases.setdefault(rec["case"], rec)
+        elif rec.get("kind") == "header":
+            header = rec
+    return cases, header
+
+
+def judge_seed(grading: Path) -> int:
+    """The batch's input seed: drawn once per grading folder and kept in ``judge-seed.txt``, so
+    every student of a batch (and a later regrade) sees the same inputs, and nobody can know them
+    in advance from the repository."""
+    import secrets
+
+    path = Path(grading) / "judge-seed.txt"
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        seed = secrets.randbelow(2 ** 31 - 1)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{seed}\n")
+        return seed
+
+
+_REFERENCE_CACHE: dict[tuple, dict[str, dict]] = {}
+_REFERENCE_LOCK = threading.Lock()
+
+
+def reference_records(stem: str, release: dict, solution: dict, seed: int, workroot: Path,
+                      threads: int = 1) -> dict[str, dict]:
+    """The solution's evidence for every case (cached per process, notebook contents and seed).
+    Runs outside the sandbox: it is our code. Raises RuntimeError when the solution itself fails a
+    probe, because then no student can be judged fairly."""
+    key = (stem, seed, hashlib.sha256(json.dumps([release, solution], sort_keys=True).encode()).hexdigest())
+    with _REFERENCE_LOCK:
+        if key in _REFERENCE_CACHE:
+            return _REFERENCE_CACHE[key]
+        plan = {"stem": stem, "seed": seed, "isolate": "variant",
+                "variants": {"reference": notebook_cells(release, solution)}}
+        records, tail = run_harness(plan, workdir=Path(tempfile.mkdtemp(prefix=f"ref-{stem}-", dir=workroot)),
+                                    threads=threads)
+        cases, _ = by_case(records, "reference")
+        broken = [name for name, rec in cases.items() if rec.get("status") != "ok"]
+        wanted = {c.probe for c in load_cases(stem)}
+        missing = sorted(wanted - set(cases))
+        if broken or missing:
+            raise RuntimeError(f"the reference run of {stem} failed (probes {broken + missing}); "
+                               f"the harness said:\n{tail[-2000:]}")
+        _REFERENCE_CACHE[key] = cases
+        return cases
+
+
+# --------------------------------------------------------------------------- judging
+@dataclass
+class CaseResult:
+    cell: str
+    name: str
+    says: str
+    weight: float
+    passed: bool
+    message: str = ""
+
+
+@dataclass
+class Verdict:
+    stem: str
+    points: dict[str, float] = field(default_factory=dict)      # test cell -> points awarded
+    max_points: dict[str, float] = field(default_factory=dict)  # test cell -> points possible
+    cases: list[CaseResult] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)            # answer-cell statements the judge did not run
+    problems: list[str] = field(default_factory=list)           # definitions that failed to load
+
+    @property
+    def score(self) -> float:
+        return round(sum(self.points.values()), 4)
+
+    @property
+    def max_score(self) -> float:
+        return sum(self.max_points.values())
+
+    def cell_report(self, cell: str) -> str:
+        """Plain-text report of one test cell's cases (for the feedback): no inputs, no reference."""
+        rows = [c for c in self.cases if c.cell == cell]
+        lines = [f"Autograder: {self.points.get(cell, 0):g} / {self.max_points.get(cell, 0):g} points "
+                 f"({sum(c.passed for c in rows)} of {len(rows)} checks passed)"]
+        for c in rows:
+            mark = "PASS" if c.passed else "FAIL"
+            lines.append(f"  [{mark}] {c.says}" + ("" if c.passed else f": {c.message}"))
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"score": self.score, "max_score": self.max_score, "points": self.points,
+                "cases": [{"cell": c.cell, "case": c.name, "passed": c.passed, "message": c.message}
+                          for c in self.cases],
+                "not_run": self.dropped[:20], "definition_errors": self.problems[:10]}
+
+
+def _student_value(rec: dict | None):
+    """Decode a student's record, or raise AssertionError saying why there is no value."""
+    if rec is None:
+        raise AssertionError("no result (the grading run stopped before this check)")
+    status = rec.get("status")
+    if status == "timeout":
+        raise AssertionError(f"did not finish within {rec.get('timeout', '?')} s")
+    if status == "died":
+        raise AssertionError("the process running it exited or crashed (os._exit, a segfault or the memory cap)")
+    if status != "ok":
+        raise AssertionError("its result could not be read back (too large or malformed)")
+    try:
+        return decode(rec.get("value"))
+    except (EvidenceError, ValueError, TypeError, RecursionError) as exc:
+        raise AssertionError(f"its result could not be read back ({str(exc)[:100]})") from None
+
+
+def judge(stem: str, student: dict[str, dict], reference: dict[str, dict], points: dict[str, float],
+          header: dict | None = None) -> Verdict:
+    """Score every case of ``stem``; a test cell earns points x (passed weight / total weight)."""
+    verdict = Verdict(stem)
+    header = header or {}
+    verdict.dropped = [str(x) for x in header.get("dropped", [])][:50]
+    for cell, pts in points.items():
+        verdict.max_points[cell] = pts
+        verdict.points[cell] = 0.0
+    totals: dict[str, float] = {}
+    passed: dict[str, float] = {}
+    for case in load_cases(stem):
+        if case.cell not in points:
+            continue
+        totals[case.cell] = totals.get(case.cell, 0.0) + case.weight
+        rec = student.get(case.probe)
+        if rec is not None:
+            for p in rec.get("problems") or []:
+                if p not in verdict.problems:
+                    verdict.problems.append(str(p)[:300])
+        try:
+            got = _student_value(rec)
+            ref = decode(reference[case.probe]["value"])
+            case.check(got, ref)
+            ok, message = True, ""
+        except AssertionError as exc:
+            ok, message = False, str(exc)[:500] or "wrong result"
+        except Exception as exc:  # noqa: BLE001 - a check that trips over odd evidence fails the case
+            ok, message = False, f"the result could not be checked ({exc.__class__.__name__})"
+        if ok:
+            passed[case.cell] = passed.get(case.cell, 0.0) + case.weight
+        verdict.cases.append(CaseResult(case.cell, case.probe, case.says, case.weight, ok, message))
+    for cell, pts in points.items():
+        if totals.get(cell):
+            verdict.points[cell] = round(pts * passed.get(cell, 0.0) / totals[cell], 2)
+    return verdict
+
+
+# --------------------------------------------------------------------------- sweeps (tests, QA)
+def sweep(stem: str, release: dict, solution: dict, variants: dict[str, dict], seeds: list[int],
+          cells: dict[str, list[str]] | None = None, workroot: Path | None = None,
+          timeout: float = 1800.0) -> dict[tuple[str, int], Verdict]:
+    """Judge notebooks we wrote ourselves (mutants, honest variants, the release) against the
+    solution over several seeds, in one unsandboxed harness run: {(variant, seed): Verdict}.
+    ``cells`` limits a variant to the cases of some test cells (a mutant's own cell, say)."""
+    cases_by_cell: dict[str, list[str]] = {}
+    for case in load_cases(stem):
+        cases_by_cell.setdefault(case.cell, []).append(case.probe)
+    plan_cases = {}
+    for name, wanted in (cells or {}).items():
+        plan_cases[name] = [p for cell in wanted for p in cases_by_cell.get(cell, [])]
+    plan = {"stem": stem, "seeds": list(seeds), "isolate": "variant", "cases": plan_cases,
+            "variants": {"__reference__": notebook_cells(release, solution),
+                         **{name: notebook_cells(release, nb) for name, nb in variants.items()}}}
+    workdir = Path(tempfile.mkdtemp(prefix=f"sweep-{stem}-", dir=workroot))
+    records, tail = run_harness(plan, workdir=workdir, timeout=timeout)
+    points = points_per_test_cell(release)
+    out = {}
+    for seed in seeds:
+        reference, _ = by_case(records, "__reference__", seed)
+        broken = sorted(n for n, r in reference.items() if r.get("status") != "ok")
+        if broken or not reference:
+            raise RuntimeError(f"{stem}: the solution failed probes {broken} at seed {seed}:\n{tail[-3000:]}")
+        for name in variants:
+            got, header = by_case(records, name, seed)
+            wanted = (cells or {}).get(name)
+            pts = {c: p for c, p in points.items() if wanted is None or c in wanted}
+            out[(name, seed)] = judge(stem, got, reference, pts, header)
+    return out

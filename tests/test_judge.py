@@ -1,0 +1,86 @@
+"""The judge on every converted notebook, without nbgrader (the real command line is tested in
+tests/test_grader.py): over 20 seeds the solution earns full marks on every draw and every mutant
+of grader/mutants/<stem>.py loses points on every draw; the unmodified release earns nothing; every
+honest variant of tests/fixtures/honest/<stem>.py earns full marks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fixtures import honest
+from grader import ROOT
+from grader.judge import load_cases, sweep, points_per_test_cell
+from grader.mutants import load as load_mutants, student_copy
+
+SOLUTIONS = ROOT / "solutions" / "ex01"
+RELEASE = ROOT / "notebooks" / "ex01"
+STEMS = sorted(p.stem for p in (ROOT / "grader" / "probes").glob("*.py") if p.stem != "__init__")
+SEEDS = list(range(20))
+
+
+def _load(stem):
+    return (json.loads((RELEASE / f"{stem}.ipynb").read_text()), json.loads((SOLUTIONS / f"{stem}.ipynb").read_text()))
+
+
+def _test_cell_of(answer_cell: str, points: dict) -> list[str]:
+    """The test cell of an answer cell (test_<id>), or every test cell when there is none."""
+    return [f"test_{answer_cell}"] if f"test_{answer_cell}" in points else list(points)
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_test_cell_has_cases_and_every_case_a_probe(stem):
+    from grader.probe import load_probes
+
+    release, _ = _load(stem)
+    points = points_per_test_cell(release)
+    cases = load_cases(stem)
+    probes = load_probes(stem)
+    assert {c.cell for c in cases} == set(points), "every autograded test cell needs cases, and only those"
+    assert {c.probe for c in cases} == set(probes), "every probe is used by a case, every case has a probe"
+    assert all(c.says and c.weight > 0 for c in cases)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", STEMS)
+def test_solution_mutants_and_release_over_20_seeds(stem, tmp_path):
+    release, solution = _load(stem)
+    points = points_per_test_cell(release)
+    full = sum(points.values())
+    mutants = load_mutants(stem)
+    variants = {"solution": student_copy(release, solution), "release": release}
+    cells = {}
+    for i, m in enumerate(mutants):
+        variants[f"mutant{i:02d}"] = student_copy(release, solution, m)
+        cells[f"mutant{i:02d}"] = _test_cell_of(m.cell, points)
+    verdicts = sweep(stem, release, solution, variants, SEEDS, cells=cells, workroot=tmp_path)
+    for seed in SEEDS:
+        v = verdicts[("solution", seed)]
+        assert v.score == pytest.approx(full), f"seed {seed}: solution lost {[c for c in v.cases if not c.passed]}"
+        r = verdicts[("release", seed)]
+        assert r.score == 0 and not any(c.passed for c in r.cases), \
+            f"seed {seed}: the release stub passes {[c.name for c in r.cases if c.passed]}"
+    survivors = []
+    for i, m in enumerate(mutants):
+        for seed in SEEDS:
+            v = verdicts[(f"mutant{i:02d}", seed)]
+            if v.score >= v.max_score - 1e-9:
+                survivors.append(f"{m.cell}: {m.name} (seed {seed})")
+    assert not survivors, "mutants that kept full marks:\n" + "\n".join(survivors)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", [s for s in honest.stems() if s in STEMS])
+def test_honest_variants_get_full_marks(stem, tmp_path):
+    release, solution = _load(stem)
+    base = student_copy(release, solution)
+    variants = {f"{h.cell}: {h.name}": honest.with_answer(base, h.cell, h.source) for h in honest.load(stem)}
+    seeds = [0, 7, 123]
+    verdicts = sweep(stem, release, solution, variants, seeds, workroot=tmp_path)
+    lost = []
+    for (name, seed), v in verdicts.items():
+        if v.score < v.max_score - 1e-9:
+            lost.append(f"{name} (seed {seed}): " + "; ".join(f"{c.says}: {c.message}" for c in v.cases if not c.passed))
+    assert not lost, "honest variants lost points:\n" + "\n".join(lost)
