@@ -8,7 +8,7 @@ Verbs:
                        a sandboxed kernel with a per-cell timeout and a memory cap
   export               grading/grades.csv: one row per student with status and reason
   feedback             grading/feedback/<student>/ex01/*.html, hidden tests removed
-  mutants              run the plausible wrong answers in grader/mutants/ through the autograde
+  mutants              judge the plausible wrong answers in grader/mutants/ over 20 seeds
                        and report the kill rate per notebook
 
 Statuses: graded | timed out | kernel died | unreadable | tampered (tests restored, graded on the
@@ -24,10 +24,18 @@ import time
 from pathlib import Path
 
 
+def _cell(value, max_width: int) -> str:
+    """One table cell: printable (a file name that is not UTF-8 must not crash the summary) and
+    cut to ``max_width`` characters."""
+    from .course import printable
+
+    text = printable(value)
+    return text if len(text) <= max_width else text[: max_width - 3] + "..."
+
+
 def table(rows: list[list], headers: list[str], max_width: int = 90) -> str:
     """A plain-text table; long cells are cut to ``max_width`` characters."""
-    cells = [[str(h) for h in headers]] + [[str(c) if len(str(c)) <= max_width else str(c)[: max_width - 3] + "..."
-                                            for c in row] for row in rows]
+    cells = [[str(h) for h in headers]] + [[_cell(c, max_width) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -115,9 +123,12 @@ def cmd_feedback(args) -> int:
     from .feedback import feedback
 
     course = _course(args)
-    done = feedback(course, args.student or None)
-    print(table([[s, ", ".join(nbs)] for s, nbs in sorted(done.items())], ["student", "feedback pages"]))
-    print(f"feedback for {len(done)} students in {course.grading / 'feedback'} (checked: no hidden test source)")
+    done, problems = feedback(course, args.student or None)
+    rows = [[s, ", ".join(done.get(s, [])) or "-", "; ".join(problems.get(s, [])) or "-"]
+            for s in sorted(set(done) | set(problems))]
+    print(table(rows, ["student", "feedback pages", "problems"]))
+    print(f"feedback for {len(done)} students in {course.grading / 'feedback'} (checked: no hidden test source)"
+          + (f"; {len(problems)} with problems (see the table)" if problems else ""))
     return 0
 
 
@@ -126,7 +137,7 @@ def cmd_mutants(args) -> int:
 
     stems = args.notebook or notebooks_with_mutants()
     started = time.monotonic()
-    reports = run(stems, workers=args.workers, cell_timeout=args.timeout)
+    reports = run(stems, seeds=list(range(args.seeds)))
     rows = [[stem, r["total"], r["killed"], f"{100 * r['killed'] / max(1, r['total']):.0f} %",
              f"{r['baseline']:g}/{r['baseline_max']:g}", "; ".join(r["survivors"] + r["problems"]) or "-"]
             for stem, r in reports.items()]
@@ -158,10 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--to", help="CSV path (default grading/grades.csv)")
     p = sub.add_parser("feedback", help="write feedback HTML")
     p.add_argument("--student", action="append")
-    p = sub.add_parser("mutants", help="mutation-test the hidden tests")
+    p = sub.add_parser("mutants", help="mutation-test the judge's cases")
     p.add_argument("--notebook", action="append", help="only this notebook stem (repeatable)")
-    p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--timeout", type=int, default=120)
+    p.add_argument("--seeds", type=int, default=20, help="input seeds 0..N-1 (every mutant must lose on each)")
     args = parser.parse_args(argv)
     handler = {"release": cmd_release, "collect": cmd_collect, "autograde": cmd_autograde, "export": cmd_export,
                "feedback": cmd_feedback, "mutants": cmd_mutants}[args.verb]

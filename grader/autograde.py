@@ -283,7 +283,7 @@ def _judge_run(course, notebook, settings, scratch, nb, reference, result, cgrou
     env = judging._harness_env(threads)
     env["LAS_KERNEL_LIMITS"] = json.dumps(_limits(settings))
     prefix = probe_prefix(settings.mode(), workdir, env, overlay=protections()["overlay"])
-    plan = {"stem": notebook, "seed": settings.seed or 0, "isolate": "case",
+    plan = {"stem": notebook, "seed": settings.seed or 0, "isolate": "case", "case_timeout": settings.cell_timeout,
             "variants": {"student": judging.notebook_cells(release, nb)}}
     outer_env = dict(env) if not prefix or prefix[0] != "bwrap" else {"PATH": os.environ.get("PATH", "")}
     records, tail = judging.run_harness(plan, workdir=workdir, command_prefix=prefix, env=outer_env,

@@ -79,23 +79,35 @@ def cell_role(cell: dict) -> str:
 
 
 def notebook_cells(release: dict, answers: dict | None) -> list[dict]:
-    """The code cells the harness loads, in release order: locked and given cells from ``release``,
-    answer cells from ``answers`` (a student's notebook, or the solution; the last cell carrying a
-    grade_id wins, as in nbgrader). A missing answer cell becomes empty."""
-    by_id: dict[str, str] = {}
-    for cell in (answers or {}).get("cells", []) if isinstance(answers, dict) else []:
-        if isinstance(cell, dict) and cell.get("cell_type") == "code":
-            gid = _meta(cell).get("grade_id")
-            if isinstance(gid, str):
-                by_id[gid] = _source(cell)
+    """The code cells the harness loads: first the release's parameters, setup and given cells
+    (trusted: the student's copies of them are ignored), then the student's own code, in the
+    student's order: every answer cell and every cell the student added or left unmarked (a helper
+    defined in an extra cell is part of the answer). Locked and test cells of the student's copy
+    are never loaded. The harness runs only definitions of the student's cells, so a later
+    definition replaces an earlier one, as in the notebook."""
     cells = []
+    release_sources = set()
     for i, cell in enumerate(release["cells"]):
         role = cell_role(cell)
-        if role not in ("parameters", "setup", "answer", "given"):
+        if role in ("parameters", "setup", "given"):
+            gid = _meta(cell).get("grade_id") or f"release cell {i}"
+            cells.append({"id": gid, "role": role, "source": _source(cell)})
+            release_sources.add(_source(cell).strip())
+    locked = {_meta(c).get("grade_id") for c in release["cells"] if _meta(c).get("locked") or _meta(c).get("grade")}
+    locked.discard(None)
+    student_cells = (answers or {}).get("cells", []) if isinstance(answers, dict) else []
+    for i, cell in enumerate(student_cells if isinstance(student_cells, list) else []):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        gid = _meta(cell).get("grade_id") or f"cell {i}"
-        source = by_id.get(gid, "") if role == "answer" else _source(cell)
-        cells.append({"id": gid, "role": role, "source": source})
+        meta = _meta(cell)
+        gid = meta.get("grade_id")
+        tags = (cell.get("metadata") or {}).get("tags") or []
+        if gid in locked or "parameters" in (tags if isinstance(tags, list) else []):
+            continue
+        source = _source(cell)
+        if not gid and source.strip() in release_sources:
+            continue  # the student's unchanged copy of a given cell: the release's already loaded
+        cells.append({"id": gid if isinstance(gid, str) else f"cell {i + 1}", "role": "answer", "source": source})
     return cells
 
 

@@ -43,8 +43,12 @@ DEFAULT_TIMEOUT = 60.0
 ALLOWED_CALLS = {"float", "int", "str", "bool", "tuple", "list", "dict", "set", "frozenset", "range", "len",
                  "abs", "min", "max", "round", "sorted", "complex", "Path", "dataclass", "field",
                  "namedtuple", "TypeVar", "NamedTuple", "defaultdict", "OrderedDict"}
-ALLOWED_CALL_ROOTS = {"math", "torch", "np", "numpy", "nn", "F", "collections", "typing", "functools",
-                      "dataclasses", "string", "re", "itertools", "operator", "enum", "warnings"}
+ALLOWED_CALL_ROOTS = {"math", "collections", "typing", "functools", "dataclasses", "string", "re", "itertools",
+                      "operator", "enum"}
+# torch and numpy: only cheap constructors of small constants (a call like np.ones((40_000, 40_000))
+# at the top of a cell is an experiment, not a definition)
+ALLOWED_ARRAY_CALLS = {"tensor", "as_tensor", "array", "asarray", "float32", "float64", "int64", "int32", "dtype",
+                       "device", "finfo", "iinfo", "log", "exp", "sqrt", "Generator", "get_default_dtype"}
 _MAGIC = re.compile(r"^\s*[%!]")
 
 
@@ -125,6 +129,9 @@ def _is_constant(node: ast.AST) -> bool:
             while isinstance(root, ast.Attribute):
                 root = root.value
             if isinstance(root, ast.Name) and root.id in ALLOWED_CALL_ROOTS and isinstance(f, ast.Attribute):
+                continue
+            if isinstance(root, ast.Name) and root.id in ("torch", "np", "numpy") and isinstance(f, ast.Attribute) \
+                    and f.attr in ALLOWED_ARRAY_CALLS:
                 continue
             return False
     return True
@@ -344,7 +351,8 @@ def run_plan(plan: dict, emit) -> None:
                 os.close(read_fd)
                 _child(compiled, names, group, seed, write_fd, out_fd)
             os.close(write_fd)
-            timeout = sum(p.timeout for p in group)
+            cap = float(plan.get("case_timeout") or 0) or None
+            timeout = sum(min(p.timeout, cap) if cap else p.timeout for p in group)
             status, data = _read_child(pid, read_fd, timeout, MAX_CASE_BYTES * len(group) + (1 << 20))
             results = {}
             if status == "ok":
@@ -362,7 +370,7 @@ def run_plan(plan: dict, emit) -> None:
                                   problems=[str(x)[:300] for x in (rec.get("problems") or [])[:5]])
                 else:
                     record.update(status=status if status != "ok" else "died", seconds=elapsed,
-                                  timeout=p.timeout)
+                                  timeout=min(p.timeout, cap) if cap else p.timeout)
                 emit(record)
     emit({"kind": "done"})
 

@@ -38,12 +38,12 @@ def _save(nb, path: Path) -> Path:
 
 # ----------------------------------------------------------------------------- submissions
 def test_prepare_clean_copy_has_no_findings(notebooks, tmp_path):
-    from grader.submissions import INTEGRITY_TAG, prepare
+    from grader.submissions import prepare
 
     release, solution = notebooks
     prep = prepare(_save(student_copy(release, solution), tmp_path / "a.ipynb"), RELEASE / f"{STEM}.ipynb")
     assert prep.tampered == [] and prep.notes == []
-    assert INTEGRITY_TAG in prep.notebook["cells"][-1]["metadata"]["tags"]
+    assert len(prep.notebook["cells"]) == len(release["cells"]), "nothing is appended to a submission"
 
 
 def test_prepare_dedupes_and_flags_tampering(notebooks, tmp_path):
@@ -94,8 +94,9 @@ def test_collect_handles_zips_folders_and_loose_files(notebooks, tmp_path):
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     with zipfile.ZipFile(inbox / "s1.zip", "w") as zf:
-        zf.writestr(f"../../escape/{STEM}.ipynb", data)                  # path tricks go nowhere
+        zf.writestr(f"../../escape/{STEM}.ipynb", data)                  # path tricks are skipped
         zf.writestr(f"old/{STEM} (1).ipynb", data)
+        zf.writestr(f"ex01/{STEM}.ipynb", data)
     with zipfile.ZipFile(inbox / "s2.zip", "w") as zf:
         zf.writestr("notes.txt", b"no notebook here")
     (inbox / "s3.zip").write_bytes(b"garbage")
@@ -106,6 +107,7 @@ def test_collect_handles_zips_folders_and_loose_files(notebooks, tmp_path):
     course = Course(grading=tmp_path / "grading", source=SOLUTIONS)
     results = {r.student: r for r in collect(course, inbox)}
     assert STEM in results["s1"].notebooks and "took the newest" in "; ".join(results["s1"].problems)
+    assert "a path with '..'" in "; ".join(results["s1"].problems)
     assert results["s2"].unreadable and "no assignment notebook" in results["s2"].problems[-1]
     assert results["s3"].unreadable and "cannot open s3.zip" in results["s3"].problems[0]
     assert STEM in results["s4"].notebooks and STEM in results["s5"].notebooks
@@ -139,99 +141,27 @@ def test_sanitise_removes_hidden_tests_tracebacks_and_integrity_cell(notebooks):
 # ----------------------------------------------------------------------------- sandbox
 def test_sandbox_binds_only_what_notebooks_need(tmp_path, monkeypatch):
     from grader import ROOT
-    from grader.sandbox import bwrap_command, describe
+    from grader.sandbox import bwrap_command, describe, probe_prefix
 
     monkeypatch.setenv("SECRET_TOKEN", "hunter2")
     cmd = bwrap_command({"workdir": str(tmp_path)}, str(tmp_path / "k.json"), "/tmp/x/autograded/s/ex01")
     bound = [cmd[i + 2] for i, a in enumerate(cmd) if a in ("--ro-bind", "--bind")]
-    for forbidden in ("solutions", "grading", "grader/mutants", "tests"):
+    for forbidden in ("solutions", "grading", "grader/mutants", "grader/checks", "grader/judge.py", "tests"):
         assert not any(p.startswith(str(ROOT / forbidden)) for p in bound), forbidden
     assert str(ROOT) not in bound, "the whole repository must not be visible"
     assert "--unshare-all" in cmd and "--clearenv" in cmd and "hunter2" not in " ".join(cmd)
+    # the judge's probe harness sees its probes, never the cases or the references
+    probe = probe_prefix("bwrap", tmp_path, {"PATH": "/usr/bin"})
+    bound = [probe[i + 2] for i, a in enumerate(probe) if a in ("--ro-bind", "--bind")]
+    assert str(ROOT / "grader" / "probes") in bound and str(ROOT / "grader" / "probe.py") in bound
+    for forbidden in ("solutions", "grading", "grader/mutants", "grader/checks", "grader/judge.py", "tests"):
+        assert not any(p.startswith(str(ROOT / forbidden)) for p in bound), forbidden
+    assert probe[-1] == "--" and "--size" in probe, "a size-capped /tmp"
     off = describe({"network": False, "filesystem": False, "memory": True, "bwrap": False, "overlay": False})
     assert "REACHABLE" in off and "NOT isolated" in off
-
-
-# ----------------------------------------------------------------------------- comparison hacks
-def test_checks_survive_monkeypatched_builtins_and_torch(monkeypatch):
-    from grader.checks._common import assert_close, assert_tensor
-
-    monkeypatch.setattr(builtins, "abs", lambda x: 0.0)
-    monkeypatch.setattr(math, "isfinite", lambda x: True)
-    monkeypatch.setattr(torch, "allclose", lambda *a, **k: True)
-    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: [0.0])
-    with pytest.raises(AssertionError):
-        assert_close(torch.tensor([1.0, 2.0]), [1.0, 3.0])
-    with pytest.raises(AssertionError):
-        assert_close(torch.tensor([float("nan")]), [1.0])
-
-    class Liar(torch.Tensor):
-        def __eq__(self, other):
-            return True
-
-    with pytest.raises(AssertionError, match="own __eq__"):
-        assert_tensor(torch.zeros(()).as_subclass(Liar))
-    with pytest.raises(AssertionError, match="torch.Tensor"):
-        assert_tensor(object())
-
-
-def test_integrity_report_names_replaced_functions(monkeypatch, capsys):
-    from grader import kernel
-
-    monkeypatch.setattr(kernel, "_PRISTINE", {})
-    monkeypatch.setenv("LAS_CHECK_MODULE", "grader.checks.task1_infonce")
-    kernel._snapshot()
-    assert kernel.integrity_report() == []
-    monkeypatch.setattr(torch, "allclose", lambda *a, **k: True)
-    import grader.checks.task1_infonce as checks
-
-    monkeypatch.setattr(checks, "check_info_nce_loss", lambda f: None)
-    changed = kernel.integrity_report()
-    assert "torch.allclose" in changed and "grader.checks.task1_infonce.check_info_nce_loss" in changed
-    assert kernel.INTEGRITY_MARKER in capsys.readouterr().out
 
 
 # ----------------------------------------------------------------------------- mutants
 @pytest.mark.parametrize("stem", notebooks_with_mutants())
 def test_mutant_file_follows_the_format(stem):
     assert validate(stem) == []
-
-
-def _run_checks(namespace: dict) -> list[str]:
-    import grader.checks.task1_infonce as ck
-
-    calls = {
-        "info_nce_loss": lambda: ck.check_info_nce_loss(namespace["info_nce_loss"]),
-        "nce_loss": lambda: ck.check_nce_loss(namespace["nce_loss"]),
-        "cosine_scores": lambda: ck.check_cosine_scores(namespace["cosine_scores"]),
-        "mi_functions": lambda: (ck.check_gaussian_mi(namespace["gaussian_mutual_information"]),
-                                 ck.check_mi_lower_bound(namespace["infonce_mi_lower_bound"])),
-        "n_pair_loss": lambda: ck.check_n_pair_loss(namespace["n_pair_loss"], namespace["info_nce_loss"]),
-    }
-    failed = []
-    for name, call in calls.items():
-        try:
-            call()
-        except Exception:  # noqa: BLE001 - any failure is a lost test
-            failed.append(name)
-    return failed
-
-
-def test_task1_hidden_checks_kill_every_mutant_in_process(notebooks):
-    """The same hidden checks the autograde runs, called in-process on each mutant (fast); the real
-    autograde of every mutant is `python -m grader mutants --notebook task1_infonce`."""
-    import torch.nn.functional as F  # noqa: N812
-    import numpy as np
-
-    _, solution = notebooks
-    cells = answer_cells(solution)
-
-    def namespace(mutant=None):
-        ns = {"math": math, "torch": torch, "F": F, "np": np}
-        for gid, src in cells.items():
-            exec(src.replace(mutant.find, mutant.replace, 1) if mutant and mutant.cell == gid else src, ns)
-        return ns
-
-    assert _run_checks(namespace()) == []
-    survivors = [m.name for m in load(STEM) if not _run_checks(namespace(m))]
-    assert survivors == [], f"mutants no hidden check catches: {survivors}"

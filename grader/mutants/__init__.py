@@ -3,12 +3,9 @@
 Each ``grader/mutants/<stem>.py`` lists ``MUTANTS = [Mutant(cell=..., name=..., find=..., replace=...)]``
 for ``solutions/ex01/<stem>.ipynb``: ``cell`` is the grade_id of an autograded answer cell, ``find``
 occurs exactly once in it (inside the solution block) and ``replace`` is a mistake a student could
-make. :func:`run` submits the solution and every mutant as students of a scratch course and
-autogrades them all with the real pipeline (grader/autograde.py); a mutant is *killed* when it
-earns fewer autograded points than the solution.
-
-Mutants are graded one per notebook execution: two mutants in one notebook can mask each other
-(a test of one function calls another), so batching them would not be sound.
+make. :func:`run` judges the solution and every mutant with the autograder's judge
+(grader/judge.py) over 20 seeds; a mutant is *killed* when it loses points of its own test cell on
+every seed. Each mutant is its own notebook variant: two mutants never mask each other.
 """
 
 from __future__ import annotations
@@ -131,40 +128,43 @@ def student_copy(release: dict, solution: dict, mutant: Mutant | None = None) ->
     return nb
 
 
-def run(stems: list[str] | None = None, *, workers: int = 1, mutants: dict[str, list[Mutant]] | None = None,
-        cell_timeout: int = 120, progress=print) -> dict[str, dict]:
-    """Autograde the solution and every mutant of each notebook; returns stem -> report with
+def run(stems: list[str] | None = None, *, seeds: list[int] | None = None,
+        mutants: dict[str, list[Mutant]] | None = None, progress=print, **_ignored) -> dict[str, dict]:
+    """Judge the solution and every mutant of each notebook over ``seeds`` (default 0..19) with the
+    judge the autograder uses (grader/judge.py: probes, evidence, cases), without nbgrader; a mutant
+    is *killed* when it loses points of its own test cell on every seed. Returns stem -> report with
     ``total``, ``killed``, ``survivors`` and per-mutant ``results``."""
-    from ..autograde import Settings, autograde
-    from ..course import scratch_course
+    from ..judge import points_per_test_cell, sweep
 
     stems = stems or notebooks_with_mutants()
+    seeds = list(range(20)) if seeds is None else list(seeds)
+    release_dir = ROOT / "notebooks" / ASSIGNMENT
     reports = {}
     for stem in stems:
         muts = (mutants or {}).get(stem) or load(stem)
         problems = validate(stem, muts) if mutants is None else []
+        release = json.loads((release_dir / f"{stem}.ipynb").read_text(encoding="utf-8"))
+        solution = json.loads((SOLUTIONS / f"{stem}.ipynb").read_text(encoding="utf-8"))
+        points = points_per_test_cell(release)
+        variants = {"solution": student_copy(release, solution)}
+        cells = {}
+        for i, m in enumerate(muts):
+            variants[f"mutant{i:02d}"] = student_copy(release, solution, m)
+            cells[f"mutant{i:02d}"] = [f"test_{m.cell}"] if f"test_{m.cell}" in points else list(points)
+        progress(f"{stem}: judging the solution and {len(muts)} mutants over {len(seeds)} seeds")
         with tempfile.TemporaryDirectory(prefix=f"las-mutants-{stem}-") as tmp:
-            course, release, solution = scratch_course(Path(tmp), SOLUTIONS / f"{stem}.ipynb")
-            names = {"solution": None}
-            for i, m in enumerate(muts):
-                names[f"mutant{i:02d}"] = m
-            for student, m in names.items():
-                folder = course.folder("submitted", student)
-                folder.mkdir(parents=True)
-                (folder / f"{stem}.ipynb").write_text(json.dumps(student_copy(release, solution, m)), encoding="utf-8")
-            statuses = autograde(course, settings=Settings(workers=workers, cell_timeout=cell_timeout),
-                                 progress=progress, sync=False)
-        base = statuses["solution"]
+            verdicts = sweep(stem, release, solution, variants, seeds, cells=cells, workroot=Path(tmp))
+        base = min(verdicts[("solution", s)].score for s in seeds)
         results = []
-        for student, m in names.items():
-            if m is None:
-                continue
-            st = statuses[student]
-            results.append({"cell": m.cell, "name": m.name, "score": st["score"], "status": st["status"],
-                            "killed": st["score"] < base["score"]})
+        for i, m in enumerate(muts):
+            scores = [verdicts[(f"mutant{i:02d}", s)] for s in seeds]
+            killed_on = sum(v.score < v.max_score - 1e-9 for v in scores)
+            results.append({"cell": m.cell, "name": m.name, "score": max(v.score for v in scores),
+                            "max_score": scores[0].max_score, "killed_on_seeds": killed_on,
+                            "killed": killed_on == len(seeds)})
         killed = sum(r["killed"] for r in results)
-        reports[stem] = {"total": len(results), "killed": killed, "baseline": base["score"],
-                         "baseline_max": base["max_score"], "baseline_status": base["status"],
+        reports[stem] = {"total": len(results), "killed": killed, "baseline": base,
+                         "baseline_max": verdicts[("solution", seeds[0])].max_score, "seeds": len(seeds),
                          "survivors": [f"{r['cell']}: {r['name']}" for r in results if not r["killed"]],
                          "problems": problems, "results": results}
     return reports

@@ -1,0 +1,153 @@
+"""Unit tests of the judge's parts: the evidence codec, the definitions filter, the harness's
+isolation of one case from the next, and the comparators (fast; no nbgrader)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from grader import judge
+from grader.checks._common import raises, same
+from grader.evidence import EvidenceError, Opaque, Raised, TooLarge, decode, encode, raised
+from grader.probe import definitions
+
+
+# ----------------------------------------------------------------------------- evidence
+@pytest.mark.parametrize("value", [
+    None, True, 3, -2 ** 70, 0.1, float("nan"), float("inf"), "text",
+    torch.tensor([1.5, -2.0]), torch.zeros(2, 3, dtype=torch.float64), torch.arange(6).reshape(2, 3),
+    torch.tensor([1.0], dtype=torch.bfloat16), torch.tensor(True), np.arange(4.0), np.float32(2.5),
+    [1, (2.0, "x")], {"a": torch.ones(2), 3: [None]},
+])
+def test_evidence_round_trips(value):
+    back = decode(json.loads(json.dumps(encode(value))))
+    if isinstance(value, torch.Tensor):
+        assert isinstance(back, torch.Tensor) and back.dtype == value.dtype and back.shape == value.shape
+        assert torch.equal(back, value)
+    elif isinstance(value, (np.ndarray, np.generic)):
+        assert np.array_equal(back, np.asarray(value)) and back.dtype == np.asarray(value).dtype
+    elif isinstance(value, float) and value != value:
+        assert back != back
+    elif isinstance(value, dict):
+        assert set(back) == set(value)
+    else:
+        assert back == value
+
+
+def test_evidence_of_odd_values_is_inert():
+    class Liar:
+        def __eq__(self, other):
+            return True
+
+        def __repr__(self):
+            raise RuntimeError("no")
+
+    assert isinstance(decode(encode(Liar())), Opaque)
+    sub = torch.zeros(3).as_subclass(type("Sub", (torch.Tensor,), {"__eq__": lambda s, o: True}))
+    back = decode(encode(sub))
+    assert type(back) is torch.Tensor and back.tolist() == [0.0, 0.0, 0.0]
+    assert isinstance(decode(encode(torch.zeros(8_000_000))), TooLarge)
+    deep = []
+    for _ in range(40):
+        deep = [deep]
+    assert "toolarge" in json.dumps(encode(deep))
+    err = decode(encode(raised(type("MyError", (ValueError,), {})("bad"))))
+    assert isinstance(err, Raised) and err.is_a("ValueError") and err.type == "MyError"
+
+
+@pytest.mark.parametrize("bad", [
+    {"tensor": {"dtype": "float32", "shape": [3], "data": "AAAA"}},           # wrong byte count
+    {"tensor": {"dtype": "object", "shape": [1], "data": ""}},
+    {"pickle": "gASVAAAAAAAAAAB9lC4="},
+    {"int": "1" * 400}, {"float": "1e5", "x": 1}, [1, 2], {"list": {"a": 1}},
+])
+def test_malformed_evidence_is_refused(bad):
+    with pytest.raises(EvidenceError):
+        decode(bad)
+
+
+# ----------------------------------------------------------------------------- definitions only
+def test_definitions_keep_defs_and_drop_top_level_code():
+    src = ("import math\nfrom torch import nn\nEPS = 1e-8\nLOG2 = math.log(2)\n"
+           "def f(x):\n    return x\nclass A:\n    pass\n"
+           "f(3)\nprint('hi')\n_big = np.ones((40_000, 40_000))\nfor i in range(3):\n    pass\n"
+           "get_ipython().events.register('pre_run_cell', f)\n%timeit f(1)\n!ls\n")
+    code, notes = definitions(src, "answer")
+    kept_lines = [line for _, line in code]
+    assert kept_lines == [1, 2, 3, 4, 5, 7]
+    joined = " ".join(notes)
+    assert "line 11" in joined and "line 12" in joined and "line 14" in joined and "line 9" in joined
+    assert "line 10" not in joined, "a print is not worth a note"
+
+
+def test_definitions_of_unparseable_code():
+    code, notes = definitions("def f(:\n", "answer")
+    assert code == [] and "does not parse" in notes[0]
+
+
+# ----------------------------------------------------------------------------- comparators
+def test_same_and_raises():
+    check = same(rtol=1e-5, atol=1e-6)
+    check(torch.tensor(1.0), torch.tensor(1.0))
+    for got, why in [(torch.tensor(1.0, dtype=torch.float64), "dtype"), (torch.tensor([1.0]), "shape"),
+                     (torch.tensor(1.1), "off"), (1.0, "torch.Tensor"), (Raised("ValueError", ("ValueError",), ""),
+                                                                        "raised")]:
+        with pytest.raises(AssertionError, match=why):
+            check(got, torch.tensor(1.0))
+    same(numbers="any")(np.float64(2.0), torch.tensor(2.0, dtype=torch.float64))
+    same(numbers="any")(2, 2.0)
+    with pytest.raises(AssertionError, match="not finite"):
+        check(torch.tensor(float("nan")), torch.tensor(1.0))
+    raises("ValueError")(Raised("MyErr", ("MyErr", "ValueError", "Exception"), "x"), None)
+    with pytest.raises(AssertionError, match="KeyError"):
+        raises("ValueError")(Raised("KeyError", ("KeyError", "LookupError"), ""), None)
+    with pytest.raises(AssertionError, match="returned"):
+        raises("ValueError")(torch.tensor(1.0), None)
+
+
+def test_feedback_messages_do_not_show_expected_values():
+    check = same(rtol=0, atol=1e-9)
+    with pytest.raises(AssertionError) as info:
+        check(torch.tensor([1.2345678]), torch.tensor([9.8765432]))
+    assert "9.87" not in str(info.value) and "1.23" not in str(info.value)
+
+
+# ----------------------------------------------------------------------------- the harness
+HOSTILE_ANSWER = '''
+import os, sys, torch
+def info_nce_loss(scores, positive_index=0):
+    if scores.dim() != 2:
+        os._exit(3)                         # kills only this case's process
+    torch.Tensor.tolist = lambda self: [0.0]
+    sys.stdout.write('{"kind": "case", "case": "nce_values", "status": "ok"}\\n')
+    os.write(1, b'{"kind": "case", "case": "nce_values"}\\n')
+    return torch.logsumexp(scores, 1).mean() - scores[:, 0].mean() if isinstance(positive_index, int) else \\
+        (torch.logsumexp(scores, 1) - scores.gather(1, positive_index.view(-1, 1)).squeeze(1)).mean()
+'''
+LOOPING_ANSWER = "def nce_loss(scores):\n    while True:\n        pass\n"
+
+
+def test_harness_isolates_cases_and_its_channel(tmp_path):
+    """A function that exits, loops, writes fake records or patches torch affects its own case only."""
+    release = json.loads((judge.ROOT / "notebooks" / "ex01" / "task1_infonce.ipynb").read_text())
+    nb = json.loads(json.dumps(release))
+    for cell in nb["cells"]:
+        gid = (cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id")
+        if gid == "info_nce_loss":
+            cell["source"] = HOSTILE_ANSWER
+        elif gid == "nce_loss":
+            cell["source"] = LOOPING_ANSWER
+    plan = {"stem": "task1_infonce", "seed": 5, "isolate": "case", "case_timeout": 3,
+            "cases": {"s": ["info_nce_column0", "info_nce_rejects_1d", "nce_values", "info_nce_uniform"]},
+            "variants": {"s": judge.notebook_cells(release, nb)}}
+    records, _ = judge.run_harness(plan, workdir=tmp_path)
+    cases, header = judge.by_case(records, "s")
+    assert set(cases) == {"info_nce_column0", "info_nce_rejects_1d", "nce_values", "info_nce_uniform"}
+    assert cases["info_nce_rejects_1d"]["status"] == "died"
+    assert cases["nce_values"]["status"] == "timeout"
+    assert cases["info_nce_column0"]["status"] == "ok" and cases["info_nce_uniform"]["status"] == "ok"
+    assert all(r.get("kind") in ("case", "header", "done") and "variant" in r for r in records
+               if r.get("kind") != "done"), "a fake record got through"
