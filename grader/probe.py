@@ -276,37 +276,42 @@ def _child(compiled, names: dict, probe_list, seed: int, write_fd: int, out_fd: 
 
 
 def _read_child(pid: int, read_fd: int, timeout: float, limit: int) -> tuple[str, bytes]:
-    """Collect one child's output; kill it (and its group) past ``timeout``. Returns (status, bytes)."""
+    """Collect one child's output; kill it (and its group) past ``timeout``. Returns (status, bytes).
+    Reading stops when the child has exited and the pipe is drained, even if grandchildren it left
+    behind still hold the pipe open."""
     deadline = time.monotonic() + timeout
-    chunks, size, status = [], 0, "ok"
+    chunks, size, status, exited = [], 0, "ok", False
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             status = "timeout"
             break
-        ready, _, _ = select.select([read_fd], [], [], min(left, 1.0))
-        if not ready:
+        ready, _, _ = select.select([read_fd], [], [], 0.0 if exited else min(left, 0.2))
+        if ready:
+            chunk = os.read(read_fd, 1 << 16)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > limit:
+                status = "bad-evidence"
+                break
+            chunks.append(chunk)
             continue
-        chunk = os.read(read_fd, 1 << 16)
-        if not chunk:
+        if exited:
             break
-        size += len(chunk)
-        if size > limit:
-            status = "bad-evidence"
-            break
-        chunks.append(chunk)
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        exited = done == pid
     os.close(read_fd)
-    if status != "ok":
-        for target in (-pid, pid):
-            try:
-                os.kill(target, signal.SIGKILL)
-            except OSError:
-                pass
-    _, wstatus = os.waitpid(pid, 0)
-    try:
-        os.killpg(pid, signal.SIGKILL)  # grandchildren the case left behind
-    except OSError:
-        pass
+    for target in (-pid, pid):  # the case's process group: whatever it started dies with it
+        try:
+            os.kill(target, signal.SIGKILL)
+        except OSError:
+            pass
+    if not exited:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
     if status == "ok" and not chunks:
         status = "died"
     return status, b"".join(chunks)

@@ -151,3 +151,46 @@ def test_harness_isolates_cases_and_its_channel(tmp_path):
     assert cases["info_nce_column0"]["status"] == "ok" and cases["info_nce_uniform"]["status"] == "ok"
     assert all(r.get("kind") in ("case", "header", "done") and "variant" in r for r in records
                if r.get("kind") != "done"), "a fake record got through"
+
+
+FORK_BOMB = '''
+import os, time
+def info_nce_loss(scores, positive_index=0):
+    children = 0
+    for _ in range(400):
+        try:
+            if os.fork() == 0:
+                time.sleep(30)
+                os._exit(0)
+            children += 1
+        except OSError:
+            break
+    return torch.tensor(float(children))
+'''
+
+
+def test_a_fork_bomb_stays_inside_its_pids_cgroup(tmp_path):
+    """A case that forks hundreds of processes is stopped by the job's pids cgroup (where this
+    machine lets the grader make one), and everything it left behind is killed with the case."""
+    from grader.sandbox import join_cgroup, pids_cgroup, remove_cgroup
+
+    cgroup = pids_cgroup("unit-test", limit=64)
+    if cgroup is None:
+        pytest.skip("no writable pids cgroup here (not root, or cgroup v2 only): RLIMIT_NPROC applies instead")
+    release = json.loads((judge.ROOT / "notebooks" / "ex01" / "task1_infonce.ipynb").read_text())
+    nb = json.loads(json.dumps(release))
+    for cell in nb["cells"]:
+        if (cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id") == "info_nce_loss":
+            cell["source"] = FORK_BOMB
+    plan = {"stem": "task1_infonce", "seed": 1, "isolate": "case", "case_timeout": 20,
+            "cases": {"s": ["info_nce_uniform"]}, "variants": {"s": judge.notebook_cells(release, nb)}}
+    try:
+        records, _ = judge.run_harness(plan, workdir=tmp_path, preexec_fn=join_cgroup(cgroup))
+        cases, _ = judge.by_case(records, "s")
+        forked = decode(cases["info_nce_uniform"]["value"]) if cases["info_nce_uniform"]["status"] == "ok" else None
+        assert forked is None or float(forked) < 64, f"forked {forked} processes past a limit of 64"
+        events = (cgroup / "pids.events").read_text() if (cgroup / "pids.events").exists() else "max 1"
+        assert int(events.split()[-1]) > 0, "the pids limit was never hit"
+        assert (cgroup / "cgroup.procs").read_text().split() == [], "processes outlived their case"
+    finally:
+        remove_cgroup(cgroup)
