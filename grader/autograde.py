@@ -59,7 +59,7 @@ class Settings:
     max_output_lines: int = 1000
     kernel_threads: int = 0          # torch/BLAS threads per kernel (0: CPU cores / workers)
     seed: int | None = None          # the judge's input seed (None: the grading folder's own, see judge_seed)
-    probe_timeout: int = 600         # hard wall limit of one notebook's judge run
+    probe_timeout: int = 1800        # hard wall limit of one notebook's judge run (also: 120 s + cell_timeout per case)
 
     def threads(self) -> int:
         return self.kernel_threads or max(1, (os.cpu_count() or 1) // max(1, self.workers))
@@ -263,12 +263,16 @@ def _full_run(course, student, notebook, settings, db_snapshot, scratch, prepare
             result.reasons.insert(0, f"{notebook}: the kernel died in the full run (os._exit, a crash, or the "
                                      f"{settings.mem_gb:g} GB memory cap); look at it by hand")
         else:
-            result.status = _worse(result.status, "unreadable")
+            # nbgrader itself tripped over what the notebook did (a patched json module, say): the judge
+            # still grades the functions, and a TA should look
+            result.status = _worse(result.status, "review")
             last = [ln for ln in log.splitlines() if "ERROR" in ln or "Error" in ln][-3:]
-            result.reasons.insert(0, f"{notebook}: nbgrader could not run it: {' | '.join(last)[-300:]}")
+            result.reasons.insert(0, f"{notebook}: the full run failed inside nbgrader ({' | '.join(last)[-300:]}); "
+                                     "the judge graded the functions; look at it by hand")
         return None
     _inspect_outputs(executed, result, settings)
     _read_scores(db_url, student, notebook, result)
+    result.autograded = executed
     return executed
 
 
@@ -286,11 +290,17 @@ def _judge_run(course, notebook, settings, scratch, nb, reference, result, cgrou
     plan = {"stem": notebook, "seed": settings.seed or 0, "isolate": "case", "case_timeout": settings.cell_timeout,
             "variants": {"student": judging.notebook_cells(release, nb)}}
     outer_env = dict(env) if not prefix or prefix[0] != "bwrap" else {"PATH": os.environ.get("PATH", "")}
+    n_cases = len(judging.load_cases(notebook))
+    timeout = min(settings.probe_timeout, 120 + n_cases * settings.cell_timeout)
     records, tail = judging.run_harness(plan, workdir=workdir, command_prefix=prefix, env=outer_env,
-                                        timeout=settings.probe_timeout, threads=threads,
-                                        preexec_fn=join_cgroup(cgroup))
+                                        timeout=timeout, threads=threads, preexec_fn=join_cgroup(cgroup))
     cases, header = judging.by_case(records, "student")
-    if not cases:
+    void = judging.void_problem(records)
+    if void:
+        result.status = _worse(result.status, "review")
+        result.reasons.append(f"{notebook}: the judge discarded every check ({void}); 0 autograded points; "
+                              "look at it by hand")
+    elif not cases:
         result.reasons.append(f"{notebook}: the judge got no evidence (the probe run failed: "
                               f"{tail.strip().splitlines()[-1][:200] if tail.strip() else 'no output'})")
     verdict = judging.judge(notebook, cases, reference, judging.points_per_test_cell(release), header)

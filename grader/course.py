@@ -15,6 +15,7 @@ A :class:`Course` is the TA's grading folder (default ``grading/``, or ``$LAS_GR
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -33,8 +34,68 @@ STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$")
 
 
 def valid_student_id(student: str) -> bool:
-    """Student ids become folder names: letters, digits and ``._@+-`` only, no path tricks."""
-    return bool(STUDENT_ID.match(student)) and ".." not in student
+    r"""Student ids become folder names: letters, digits and ``._@+-`` only, no path tricks.
+
+    ``fullmatch``, not ``match``: ``$`` also matches before a trailing newline, which let
+    ``"alice\n"`` through as a folder name."""
+    return isinstance(student, str) and bool(STUDENT_ID.fullmatch(student)) and ".." not in student
+
+
+def printable(text) -> str:
+    r"""``text`` as a str that can always be printed and written as UTF-8.
+
+    File names that are not valid UTF-8 reach Python as lone surrogates (``b"caf\xe9"`` becomes
+    ``"caf\udce9"``); printing or writing those raises UnicodeEncodeError half-way through a
+    table or a CSV. Here their bytes are shown as ``\xe9`` instead, so the TA sees which file it was.
+    """
+    text = str(text)
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that did not come from a file name (e.g. from JSON)
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def shown(name) -> str:
+    """A file or student name as the TA should see it on one line: printable, control characters
+    (a newline or a bell in a folder name) escaped."""
+    text = printable(name)
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value):
+    """A CSV cell that a spreadsheet shows as text, never runs as a formula (CSV injection).
+
+    A text cell starting with ``= + - @``, a tab or a carriage return is prefixed with ``'``, as
+    OWASP recommends; numbers and booleans are left alone (``-1.5`` stays a number)."""
+    if not isinstance(value, str):
+        return value
+    value = printable(value)
+    return "'" + value if value.startswith(FORMULA_START) else value
+
+
+def write_csv(path: Path, fields: list[str], rows: list[dict]) -> Path:
+    """Write ``rows`` to ``path`` atomically (temporary file + rename), every cell spreadsheet-safe.
+
+    Atomic so that a failure half-way never leaves a truncated grades file that looks complete."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows({k: spreadsheet_safe(row.get(k, "")) for k in fields} for row in rows)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the grades from the TA's group
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 @dataclass

@@ -5,11 +5,15 @@ blocks are replaced by a placeholder, error tracebacks that pass through grader 
 their final ``Error: message`` line (so neither hidden tests nor reference code leak through a
 traceback), and the grader's integrity cell is removed. Every HTML file is then searched for the
 hidden tests' source lines; finding one is a failure of the run, not of the student.
+
+One student never breaks the batch: outputs keep only the ANSI colour codes nbconvert can render,
+and a notebook that still cannot be read or rendered is reported for that student while everyone
+else gets feedback. ``export`` writes the CSV atomically, every name printable and every text cell
+escaped against spreadsheet formulas.
 """
 
 from __future__ import annotations
 
-import csv
 import html
 import json
 import re
@@ -18,12 +22,15 @@ import tempfile
 from pathlib import Path
 
 from . import ASSIGNMENT
-from .course import COURSE_ID, Course, nbgrader, snapshot_db
+from .course import COURSE_ID, Course, nbgrader, printable, shown, snapshot_db, valid_student_id, write_csv
 from .submissions import INTEGRITY_TAG
 
 HIDDEN_BLOCK = re.compile(r"[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[ \t]*\n?", re.S)
 PLACEHOLDER = "# (hidden tests ran here; their results are below)\n"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+CSI = re.compile("\x1b\\[(.*?)([@-~])")                 # nbconvert.filters.ansi._ANSI_RE
+OSC = re.compile("\x1b\\][^\x07\x1b]*(?:\x07|\x1b\\\\)?")  # window titles, hyperlinks
+SGR_NUMBER = re.compile(r"\d{1,3}")
 
 
 # ----------------------------------------------------------------------------- export
@@ -58,24 +65,52 @@ def gradebook_rows(course: Course, students: list[str]) -> dict[str, dict]:
     return rows
 
 
+def _export_students(course: Course) -> list[str]:
+    """Everyone with a submission folder or a collect report, whatever their names look like.
+
+    Names come from directory listings, so they may be anything (even not UTF-8): they are only
+    used as keys here, get a row that says what is wrong with them, and are made printable when
+    the row is written."""
+    reports, submitted = course.grading / "collect", course.grading / "submitted"
+    stems = {p.name[: -len(".json")] for p in reports.iterdir() if p.name.endswith(".json")} \
+        if reports.is_dir() else set()
+    folders = {p.name for p in submitted.iterdir() if p.is_dir()} if submitted.is_dir() else set()
+    return sorted(stems | folders)
+
+
+def _state(course: Course, student: str) -> tuple[str, str]:
+    """(status, reason) of one student, from the autograde status or else the collect report."""
+    if not valid_student_id(student):
+        return "unreadable", (f"'{shown(student)}' is not a usable student id (letters, digits and ._@+- only): "
+                              "rename the submission, delete it from grading/collect and grading/submitted, "
+                              "and collect again")
+    status, collected = course.read_json("status", student), course.read_json("collect", student)
+    status = status if isinstance(status, dict) else {}
+    collected = collected if isinstance(collected, dict) else {}
+    if status.get("status"):
+        return str(status["status"]), str(status.get("reason") or "")
+    if collected.get("unreadable"):
+        problems = collected.get("problems") or []
+        return "unreadable", "; ".join(map(str, problems)) if isinstance(problems, list) else str(problems)
+    return "not graded", "collected but not autograded yet"
+
+
 def export(course: Course, out: Path | None = None) -> tuple[Path, list[dict]]:
-    """grading/grades.csv: one row per student with scores, status and reason."""
+    """grading/grades.csv: one row per student with scores, status and reason.
+
+    One student's odd files never cut the CSV short: every id and reason is made printable (file
+    names that are not UTF-8), text cells that a spreadsheet would run as a formula are escaped, and
+    the file is replaced atomically, so it is either the complete new CSV or the previous one."""
     out = Path(out) if out else course.grading / "grades.csv"
-    students = sorted(set(course.students()) | {p.stem for p in (course.grading / "collect").glob("*.json")})
+    students = _export_students(course)
     notebooks = course.notebook_names()
-    gb_rows = gradebook_rows(course, students) if course.db_path.exists() else {}
+    valid = [s for s in students if valid_student_id(s)]
+    gb_rows = gradebook_rows(course, valid) if course.db_path.exists() else {}
     rows = []
     for student in students:
-        status = course.read_json("status", student)
-        collected = course.read_json("collect", student)
+        state, reason = _state(course, student)
         g = gb_rows.get(student)
-        if status:
-            state, reason = status["status"], status["reason"]
-        elif collected.get("unreadable"):
-            state, reason = "unreadable", "; ".join(collected.get("problems", []))
-        else:
-            state, reason = "not graded", "collected but not autograded yet"
-        row = {"student_id": student, "status": state, "reason": reason,
+        row = {"student_id": shown(student), "status": printable(state), "reason": printable(reason),
                "autograded_score": g["autograded_score"] if g else 0.0,
                "autograded_max": g["autograded_max"] if g else "",
                "manual_score": g["manual_score"] if g else 0.0,
@@ -84,19 +119,68 @@ def export(course: Course, out: Path | None = None) -> tuple[Path, list[dict]]:
         for nb in notebooks:
             row[nb] = g["per_notebook"].get(nb, 0.0) if g else 0.0
         rows.append(row)
-    out.parent.mkdir(parents=True, exist_ok=True)
     fields = ["student_id", "status", "reason", "score", "max_score", "autograded_score", "autograded_max",
               "manual_score", "needs_manual_grade", *notebooks]
-    with open(out, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(out, fields, rows)
     return out, rows
 
 
 # ----------------------------------------------------------------------------- feedback
+def _safe_sgr(params: str) -> bool:
+    """Whether nbconvert's ansi2html renders these SGR parameters without failing: it raises
+    IndexError on ``ESC[38m`` / ``ESC[48m`` (a colour code with nothing after it), so a 256-colour or
+    RGB code is kept only when complete and in range."""
+    parts = params.split(";") if params else []
+    if not all(p == "" or SGR_NUMBER.fullmatch(p) for p in parts):
+        return False
+    nums = [int(p) if p else 0 for p in parts]
+    i = 0
+    while i < len(nums):
+        if nums[i] in (38, 48):
+            if nums[i + 1:i + 2] == [5] and len(nums) > i + 2 and nums[i + 2] <= 255:
+                i += 3
+            elif nums[i + 1:i + 2] == [2] and len(nums) > i + 4 and max(nums[i + 2:i + 5]) <= 255:
+                i += 5
+            else:
+                return False
+        else:
+            i += 1
+    return True
+
+
+def clean_ansi(text: str) -> str:
+    """``text`` with only the colour codes nbconvert can render: every other escape sequence
+    (cursor moves, window titles, malformed colours, stray ESC characters) is dropped.
+
+    One student's odd terminal output used to make nbgrader's HTML conversion raise, and the
+    feedback run failed for everyone."""
+    if "\x1b" not in text:
+        return text
+    text = OSC.sub("", text)
+    out, pos = [], 0
+    for m in CSI.finditer(text):   # the same pattern and scan order as nbconvert's ansi filter
+        out.append(text[pos:m.start()].replace("\x1b", ""))
+        if m.group(2) == "m" and _safe_sgr(m.group(1)):
+            out.append(m.group(0))
+        pos = m.end()
+    out.append(text[pos:].replace("\x1b", ""))
+    return "".join(out)
+
+
+def _clean_output(value):
+    """Every string in an output (stream text, traceback, text/plain, ...) ANSI-cleaned and
+    encodable as UTF-8 (a lone surrogate in an output would fail the HTML write)."""
+    if isinstance(value, str):
+        return printable(clean_ansi(value))
+    if isinstance(value, list):
+        return [_clean_output(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _clean_output(v) for k, v in value.items()}
+    return value
+
+
 def sanitise(nb: dict) -> dict:
-    """A copy of an autograded notebook that is safe to show the student."""
+    """A copy of an autograded notebook that is safe to show the student (and safe to render)."""
     cells = []
     for cell in nb["cells"]:
         if INTEGRITY_TAG in cell.get("metadata", {}).get("tags", []):
@@ -106,7 +190,9 @@ def sanitise(nb: dict) -> dict:
             src = HIDDEN_BLOCK.sub(PLACEHOLDER, src)
             if "HIDDEN TESTS" in src:   # unbalanced markers: drop everything from the marker on
                 src = src.split("### BEGIN HIDDEN TESTS")[0] + PLACEHOLDER
-        cell["source"] = src
+        cell["source"] = printable(src)
+        if "outputs" in cell:
+            cell["outputs"] = _clean_output(cell["outputs"])
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
                 tb = "\n".join(out.get("traceback", []))
@@ -136,34 +222,88 @@ def leaks_in(text: str, lines: list[str]) -> list[str]:
     return [ln for ln in lines if ln in plain or re.sub(r"\s+", "", ln) in flat]
 
 
-def feedback(course: Course, students: list[str] | None = None) -> dict[str, list[str]]:
-    """Write grading/feedback/<student>/ex01/<notebook>.html; returns student -> notebooks done."""
+def _stage(course: Course, student: str, tmp: Path) -> list[str]:
+    """Copy the student's autograded notebooks, sanitised, into the scratch course; returns the
+    problems met. A notebook that cannot be read or sanitised is left out (and reported), so
+    nbgrader never sees it and the student's other notebooks still get feedback."""
+    problems = []
+    src = course.folder("autograded", student)
+    for path in sorted(src.glob("*.ipynb")) if src.is_dir() else []:
+        try:
+            nb = sanitise(json.loads(path.read_text(encoding="utf-8")))
+            dst = tmp / "autograded" / student / ASSIGNMENT / path.name
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_text(json.dumps(nb), encoding="utf-8")
+        except Exception as exc:  # noqa: BLE001 - a corrupt autograded file: report it, go on
+            problems.append(f"{path.name}: no feedback, the autograded notebook could not be read "
+                            f"({exc.__class__.__name__}: {str(exc)[:160]}); look at it by hand")
+    return problems
+
+
+NBGRADER_FAILED = re.compile(r"There was an error processing assignment '[^']*' for student '(.*)'\s*$")
+NBGRADER_FAILED_PATH = re.compile(r"There was an error processing assignment: .*[/\\]autograded[/\\](.+?)[/\\]")
+
+
+def _nbgrader_failures(log: str) -> dict[str, str]:
+    """student -> the last line of the error nbgrader logged for them (nbgrader converts every
+    student, logs each failure and only then exits non-zero)."""
+    failed, current = {}, None
+    for line in log.splitlines():
+        m = NBGRADER_FAILED.search(line)
+        if m:
+            failed.setdefault(m.group(1), "")
+            current = None
+            continue
+        m = NBGRADER_FAILED_PATH.search(line)
+        if m:
+            current = m.group(1)
+            failed[current] = ""
+        elif current and line.strip() and not line.startswith("["):
+            failed[current] = line.strip()   # the traceback's last line is the error
+    return failed
+
+
+def feedback(course: Course, students: list[str] | None = None) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Write grading/feedback/<student>/ex01/<notebook>.html.
+
+    Returns (student -> notebooks done, student -> problems). One student's notebook that cannot
+    be read or rendered is a problem for that student only: everyone else still gets feedback.
+    Hidden test source found in a page is a failure of the run (RuntimeError), after every other
+    page has been written."""
     students = students or course.students()
     hidden = hidden_lines(course)
     done: dict[str, list[str]] = {}
+    problems: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory(prefix="las-feedback-") as tmp:
         tmp = Path(tmp)
         snapshot_db(course.db_path, tmp / "gradebook.db")
+        staged = []
         for student in students:
-            src = course.folder("autograded", student)
-            for path in sorted(src.glob("*.ipynb")) if src.is_dir() else []:
-                nb = sanitise(json.loads(path.read_text(encoding="utf-8")))
-                dst = tmp / "autograded" / student / ASSIGNMENT / path.name
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                dst.write_text(json.dumps(nb), encoding="utf-8")
-        if not (tmp / "autograded").exists():
-            return done
+            if not valid_student_id(student):
+                problems.setdefault(student, []).append("not a usable student id; no feedback written")
+                continue
+            problems_here = _stage(course, student, tmp)
+            if problems_here:
+                problems[student] = problems_here
+            if (tmp / "autograded" / student).is_dir():
+                staged.append(student)
+        if not staged:
+            return done, problems
         proc = nbgrader(["generate_feedback", ASSIGNMENT, "--force", "--log-level=WARN"],
                         course_root=tmp, db_url=f"sqlite:///{tmp / 'gradebook.db'}")
-        if proc.returncode != 0:
+        failed = {s: why for s, why in _nbgrader_failures(proc.stdout + "\n" + proc.stderr).items() if s in staged}
+        if proc.returncode != 0 and not failed:
             raise RuntimeError("nbgrader generate_feedback failed:\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
         leaks = []
-        for student in students:
+        for student in staged:
             out_dir = tmp / "feedback" / student / ASSIGNMENT
             dest = course.folder("feedback", student)
             if dest.exists():
                 shutil.rmtree(dest)
-            if not out_dir.is_dir():
+            if student in failed or not out_dir.is_dir():
+                why = failed.get(student) or "no page written"
+                problems.setdefault(student, []).append(f"nbgrader could not render the feedback ({why}); "
+                                                        "look at the autograded notebook by hand")
                 continue
             shutil.copytree(out_dir, dest)
             for page in sorted(dest.glob("*.html")):
@@ -175,4 +315,4 @@ def feedback(course: Course, students: list[str] | None = None) -> dict[str, lis
                     done.setdefault(student, []).append(page.stem)
         if leaks:
             raise RuntimeError("hidden test source found in feedback (pages deleted):\n  " + "\n  ".join(leaks))
-    return done
+    return done, problems

@@ -55,6 +55,8 @@ class Case:
     says: str
     check: object
     weight: float = 1.0
+    requires: tuple = ()   # probes that must pass for this case to score (default for a case whose
+    #                        check expects an error: some case of the same cell that checks values)
 
 
 def load_cases(stem: str) -> list[Case]:
@@ -168,13 +170,38 @@ def run_harness(plan: dict, *, workdir: Path, command_prefix: list[str] | None =
                     records.append(rec)
         finally:
             timer.cancel()
-            _kill_group(proc)
-            proc.wait()
+            try:
+                returncode = proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                returncode = proc.wait()
+            _kill_group(proc)  # whatever the run left behind
         err.seek(0, 2)
         size = err.tell()
         err.seek(max(0, size - 4000))
         tail = err.read().decode("utf-8", "replace")
+    problem = stream_problem(records, returncode)
+    if problem:
+        # nothing of a run whose stream was tampered with or cut short is evidence
+        records = [{"kind": "void", "problem": problem}]
     return records, tail
+
+
+def stream_problem(records: list[dict], returncode: int | None) -> str:
+    """Why a harness run's records cannot be trusted ('' when they can): records numbered 0, 1, 2 ...
+    each exactly once, in order, ending with one "done", from a harness that exited cleanly."""
+    for i, rec in enumerate(records):
+        if rec.get("seq") != i:
+            return f"record {i} is out of sequence (a forged or duplicated record in the evidence channel)"
+    if not records or records[-1].get("kind") != "done" or sum(r.get("kind") == "done" for r in records) != 1:
+        return "the probe run did not finish (killed, timed out, or its channel was tampered with)"
+    if returncode != 0:
+        return f"the probe run exited with status {returncode}"
+    return ""
+
+
+def void_problem(records: list[dict]) -> str:
+    return next((str(r.get("problem")) for r in records if r.get("kind") == "void"), "")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -232,6 +259,8 @@ def reference_records(stem: str, release: dict, solution: dict, seed: int, workr
                 "variants": {"reference": notebook_cells(release, solution)}}
         records, tail = run_harness(plan, workdir=Path(tempfile.mkdtemp(prefix=f"ref-{stem}-", dir=workroot)),
                                     threads=threads)
+        if void_problem(records):
+            raise RuntimeError(f"the reference run of {stem} failed: {void_problem(records)}\n{tail[-2000:]}")
         cases, _ = by_case(records, "reference")
         broken = [name for name, rec in cases.items() if rec.get("status") != "ok"]
         wanted = {c.probe for c in load_cases(stem)}
@@ -334,9 +363,27 @@ def judge(stem: str, student: dict[str, dict], reference: dict[str, dict], point
             ok, message = False, str(exc)[:500] or "wrong result"
         except Exception as exc:  # noqa: BLE001 - a check that trips over odd evidence fails the case
             ok, message = False, f"the result could not be checked ({exc.__class__.__name__})"
-        if ok:
-            passed[case.cell] = passed.get(case.cell, 0.0) + case.weight
         verdict.cases.append(CaseResult(case.cell, case.probe, case.says, case.weight, ok, message))
+    # Error handling earns points only next to a function that works: a stub that raises ValueError
+    # for everything must not collect the "raises a ValueError" cases.
+    status = {c.name: c.passed for c in verdict.cases}
+    by_name = {c.probe: c for c in load_cases(stem) if c.cell in points}
+    for result in verdict.cases:
+        case = by_name[result.name]
+        if not result.passed:
+            continue
+        needs = list(case.requires)
+        if not needs and getattr(case.check, "expects_error", False):
+            values = [c.probe for c in by_name.values()
+                      if c.cell == case.cell and not getattr(c.check, "expects_error", False)]
+            if values and not any(status.get(v) for v in values):
+                result.passed, result.message = False, "scores only once the function returns correct values"
+                continue
+        if needs and not all(status.get(n) for n in needs):
+            result.passed, result.message = False, "scores only once the function returns correct values"
+    for result in verdict.cases:
+        if result.passed:
+            passed[result.cell] = passed.get(result.cell, 0.0) + result.weight
     for cell, pts in points.items():
         if totals.get(cell):
             verdict.points[cell] = round(pts * passed.get(cell, 0.0) / totals[cell], 2)
@@ -361,6 +408,8 @@ def sweep(stem: str, release: dict, solution: dict, variants: dict[str, dict], s
                          **{name: notebook_cells(release, nb) for name, nb in variants.items()}}}
     workdir = Path(tempfile.mkdtemp(prefix=f"sweep-{stem}-", dir=workroot))
     records, tail = run_harness(plan, workdir=workdir, timeout=timeout)
+    if void_problem(records):
+        raise RuntimeError(f"{stem}: the sweep's probe run failed: {void_problem(records)}\n{tail[-3000:]}")
     points = points_per_test_cell(release)
     out = {}
     for seed in seeds:

@@ -395,7 +395,13 @@ def main(argv: list[str] | None = None) -> None:
         plan = json.load(f)
     plan["_out_fd"] = out_fd
 
+    counter = iter(range(1 << 62))
+
     def emit(record: dict) -> None:
+        # Every record carries its place in the stream: the judge accepts only 0, 1, 2, ... in order,
+        # each once, ending with one "done" and a clean exit, so a record forged into the channel
+        # (or a harness killed half-way) voids the run instead of scoring.
+        record["seq"] = next(counter)
         data = (json.dumps(record, allow_nan=True) + "\n").encode()
         view = memoryview(data)
         while view:

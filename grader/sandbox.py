@@ -172,7 +172,9 @@ def probe_prefix(mode: str, workdir: Path, env: dict, overlay: bool = False) -> 
     it sees the environment, utils/, data/, the model cache and grader's probe modules, never
     grader/checks/ (the cases and references), solutions/, the gradebook or other students."""
     if mode == "bwrap":
-        cmd = _bwrap_base(PROBE_PATHS, overlay)
+        # --as-pid-1: the harness itself is pid 1 of the sandbox (and not dumpable), so no process in
+        # there holds the evidence channel open where /proc/<pid>/fd could reach it
+        cmd = _bwrap_base(PROBE_PATHS, overlay) + ["--as-pid-1"]
         cmd += ["--ro-bind", str(workdir), str(workdir), "--chdir", str(workdir), "--clearenv"]
         for key, value in {**env, "HOME": "/tmp/home", "MPLCONFIGDIR": "/tmp/home/.matplotlib",
                            "XDG_CACHE_HOME": "/tmp/home/.cache"}.items():

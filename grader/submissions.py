@@ -48,6 +48,18 @@ def _source(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else str(src)
 
 
+def _check_counts(data: bytes, name: str) -> None:
+    """Refuse a flood of cells or outputs from the raw bytes, before building a million Python
+    objects: every cell and output carries a ``"cell_type"`` / ``"output_type"`` key, and inside a
+    JSON string the quotes are escaped, so these counts can only over-estimate."""
+    for key, limit, what, advice in ((b'"cell_type"', MAX_CELLS, "cells", "submit the assignment notebook with "
+                                      "its original cells"),
+                                     (b'"output_type"', MAX_OUTPUTS, "outputs", "clear its outputs and resubmit")):
+        found = data.count(key)
+        if found > limit:
+            raise Unreadable(f"{name} has {found} {what} (limit {limit}); {advice}")
+
+
 def _check_shape(nb, name: str) -> None:
     """Refuse a parsed notebook that nbformat would take minutes to validate and convert (a million
     cells, a flood of outputs): counting is cheap, validation is not (about 0.1 ms per output)."""
@@ -67,8 +79,6 @@ def read_notebook(path: Path) -> dict:
 
     The size, cell and output limits are checked before nbformat sees the notebook, so a hostile
     file is refused in about a second instead of stalling the batch in validation."""
-    import nbformat
-
     try:
         size = path.stat().st_size
     except OSError as exc:
@@ -84,14 +94,21 @@ def read_notebook(path: Path) -> dict:
     if len(data) > MAX_NOTEBOOK_BYTES:
         raise Unreadable(f"{path.name} is larger than {MAX_NOTEBOOK_BYTES // 1024 ** 2} MB; clear its outputs "
                          "and resubmit")
+    _check_counts(data, path.name)
     try:
         text = data.decode("utf-8")
-        _check_shape(json.loads(text), path.name)
+        parsed = json.loads(text)
+    except Exception as exc:  # noqa: BLE001 - UnicodeDecodeError, JSONDecodeError, RecursionError
+        raise Unreadable(f"{path.name} is not a valid notebook ({exc.__class__.__name__}: "
+                         f"{str(exc)[:160]})") from None
+    _check_shape(parsed, path.name)   # exact counts, also of cells without a cell_type
+    del parsed
+    import nbformat   # only now: importing it takes longer than refusing a hostile file
+
+    try:
         with warnings.catch_warnings():  # duplicate cell ids are repaired below, quietly
             warnings.simplefilter("ignore")
             nb = nbformat.reads(text, as_version=4)
-    except Unreadable:
-        raise
     except Exception as exc:  # noqa: BLE001 - NotJSONError, UnicodeDecodeError, KeyError, RecursionError, ...
         raise Unreadable(f"{path.name} is not a valid notebook ({exc.__class__.__name__}: "
                          f"{str(exc)[:160]})") from None

@@ -125,6 +125,9 @@ def test_sanitise_removes_hidden_tests_tracebacks_and_integrity_cell(notebooks):
     _, solution = notebooks
     nb = copy.deepcopy(solution)
     test = next(c for c in nb["cells"] if _gid(c) == "test_info_nce_loss")
+    # the notebooks hold no hidden tests any more (the judge's cases live in grader/checks/); an old
+    # source that still has a block must still be scrubbed
+    test["source"] = "".join(test["source"]) + "\n### BEGIN HIDDEN TESTS\ncheck_secret(info_nce_loss)\n### END HIDDEN TESTS"
     test["outputs"] = [{"output_type": "error", "ename": "AssertionError", "evalue": "InfoNCE is off",
                         "traceback": ["File /repo/grader/checks/task1_infonce.py:60", "_ref_info_nce(scores)"]}]
     nb["cells"].append({"cell_type": "code", "metadata": {"tags": ["las-integrity"]}, "outputs": [], "source": "x"})
@@ -133,9 +136,7 @@ def test_sanitise_removes_hidden_tests_tracebacks_and_integrity_cell(notebooks):
     assert PLACEHOLDER.strip() in text and "HIDDEN TESTS" not in text
     assert "_ref_info_nce" not in text and "InfoNCE is off" in text
     assert "las-integrity" not in text
-    lines = hidden_lines(Course(source=SOLUTIONS))[STEM]
-    assert lines and not leaks_in(text, lines)
-    assert leaks_in(json.dumps(solution), lines)
+    assert "check_secret" not in text
 
 
 # ----------------------------------------------------------------------------- sandbox

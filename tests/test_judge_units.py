@@ -194,3 +194,67 @@ def test_a_fork_bomb_stays_inside_its_pids_cgroup(tmp_path):
         assert (cgroup / "cgroup.procs").read_text().split() == [], "processes outlived their case"
     finally:
         remove_cgroup(cgroup)
+
+
+def test_stream_problem_catches_forged_duplicated_and_cut_streams():
+    from grader.judge import stream_problem
+
+    good = [{"kind": "header", "seq": 0}, {"kind": "case", "seq": 1}, {"kind": "done", "seq": 2}]
+    assert stream_problem(good, 0) == ""
+    assert "sequence" in stream_problem([good[0], {"kind": "case", "seq": 1}, good[1], good[2]], 0)
+    assert "sequence" in stream_problem([good[0], {"kind": "case"}, good[2]], 0)
+    assert "did not finish" in stream_problem(good[:2], 0)
+    assert "exited" in stream_problem(good, -9)
+
+
+FORGER = '''
+import glob, json, os
+def _forge():
+    line = json.dumps({"kind": "case", "variant": "student", "seed": 1, "case": "info_nce_uniform",
+                       "status": "ok", "value": {"float": "2.0794415416798357"}, "seq": 1}) + "\\\\n"
+    for path in ["/proc/1/fd/1", "/proc/1/fd/3", *glob.glob("/proc/[0-9]*/fd/*")]:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            os.write(fd, line.encode())
+            os.close(fd)
+        except OSError:
+            pass
+    for fd in range(0, 40):
+        try:
+            os.write(fd, line.encode())
+        except OSError:
+            pass
+def info_nce_loss(scores, positive_index=0):
+    _forge()
+    raise NotImplementedError
+'''
+
+
+def test_forged_records_never_score(tmp_path):
+    """A function that writes fake evidence lines to every file descriptor it can reach: in the
+    sandbox (the only place this test may run it: outside, it would write into every process of the
+    machine) they never reach the judge's channel, and the run stays valid: no point."""
+    from grader.sandbox import probe_prefix, protections
+
+    if not protections()["bwrap"]:
+        pytest.skip("needs bubblewrap: unsandboxed, the forger would write into other processes' files")
+    release = json.loads((judge.ROOT / "notebooks" / "ex01" / "task1_infonce.ipynb").read_text())
+    nb = json.loads(json.dumps(release))
+    for cell in nb["cells"]:
+        if (cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id") == "info_nce_loss":
+            cell["source"] = FORGER
+    plan = {"stem": "task1_infonce", "seed": 1, "isolate": "case", "case_timeout": 20,
+            "cases": {"student": ["info_nce_uniform", "info_nce_column0"]},
+            "variants": {"student": judge.notebook_cells(release, nb)}}
+    for mode in ["bwrap"]:
+        workdir = tmp_path / mode
+        workdir.mkdir()
+        env = judge._harness_env(1)
+        prefix = probe_prefix(mode, workdir, env)
+        records, tail = judge.run_harness(plan, workdir=workdir, command_prefix=prefix,
+                                          env={"PATH": "/usr/bin:/bin"})
+        cases, _ = judge.by_case(records, "student")
+        for name, rec in cases.items():
+            assert rec.get("status") != "ok" or "raised" in rec.get("value", {}), f"{mode}: forged {name}: {rec}"
+        if mode == "bwrap":
+            assert not judge.void_problem(records), f"the sandbox let a forged record through: {tail[-500:]}"

@@ -203,6 +203,7 @@ def raises(*names: str):
             return
         one(got, "the call")
 
+    check.expects_error = True
     return check
 
 

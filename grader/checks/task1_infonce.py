@@ -1,7 +1,8 @@
 """The judge's cases for Task 1 (InfoNCE), compared outside the sandbox.
 
 Each case names a probe of grader/probes/task1_infonce.py and says, in the words of the task text,
-what it checks; the solution's value from the same probe is the expected one. Every requirement
+what it checks; the solution's value from the same probe is the expected one. A case that expects
+an error scores only once a value case of the same function passes (``requires``). Every requirement
 here is written in the notebook above the answer cell (what to raise and when, dtypes, stability).
 """
 
@@ -44,11 +45,12 @@ CASES = [
     # gaussian_mutual_information and infonce_mi_lower_bound: 2 points
     Case("test_mi_functions", "gaussian_mi_values", "I(X;Y) = -d/2 log(1 - rho^2)",
          same(rtol=1e-9, atol=1e-12, numbers="any"), weight=2),
-    Case("test_mi_functions", "gaussian_mi_rejects_rho_one", "a ValueError for |rho| >= 1", raises("ValueError")),
+    Case("test_mi_functions", "gaussian_mi_rejects_rho_one", "a ValueError for |rho| >= 1", raises("ValueError"),
+         requires=("gaussian_mi_values",)),
     Case("test_mi_functions", "mi_bound_values", "log(K+1) - L from the mean loss",
          same(rtol=1e-6, atol=1e-6, numbers="any"), weight=2),
     Case("test_mi_functions", "mi_bound_rejects_per_sample", "a ValueError for per-sample losses (not 0-dim)",
-         raises("ValueError")),
+         raises("ValueError"), requires=("mi_bound_values",)),
     # n_pair_loss: 1 point
     Case("test_n_pair_loss", "n_pair_values", "mean N-pair loss (0-dim, dtype kept), equal to InfoNCE", LOSS,
          weight=2),
