@@ -1,5 +1,6 @@
 """Numeric tests of the bonus notebook on masked pre-training and the marginal likelihood
-(solutions/ex01/bonus_masked_pretraining_bayes.ipynb) and of its grader-only checks.
+(solutions/ex01/bonus_masked_pretraining_bayes.ipynb) and of the judge's cases for it
+(grader/probes/ and grader/checks/bonus_masked_pretraining_bayes.py, run here in-process).
 
 The solution functions are taken from the notebook's answer cells (so these tests exercise exactly
 what is graded). The tests check
@@ -7,7 +8,7 @@ what is graded). The tests check
 - Proposition 1 exactly: summed over all mask sizes, the enumerated masked scores equal log p(x);
 - the Monte-Carlo sum lands within 3 standard errors of log p(x), and the reported standard errors
   are calibrated (about 95 % of estimates within 2 SE over many seeds);
-- every grader check passes the solution and rejects the usual mistakes (the talk's slide erratum,
+- every case passes the solution, fails the release stub, and rejects the usual mistakes (the talk's slide erratum,
   an elementwise Normal, wrong mask-size weighting, a fixed mask ratio), which miss by a wide
   margin, so a 3-SE test cannot confuse them with Monte-Carlo noise.
 All randomness is seeded: the tests are deterministic.
@@ -25,6 +26,9 @@ import pytest
 import torch
 
 from grader.checks import bonus_masked_pretraining_bayes as ref
+from grader.evidence import decode, encode, raised
+from grader.probe import Namespace, case_seed
+from grader.probes.bonus_masked_pretraining_bayes import PROBES
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "ex01" / "bonus_masked_pretraining_bayes.ipynb"
 ANSWER_CELLS = ("ppca_log_marginal", "gaussian_conditional", "masked_score", "masked_pretraining_objective")
@@ -218,40 +222,77 @@ def test_standard_errors_are_calibrated(sol):
 
 
 # ------------------------------------------------------------------------------------------------
-# The grader checks: pass the solution, reject the usual mistakes
+# The judge's cases: pass the solution, reject the usual mistakes
 # ------------------------------------------------------------------------------------------------
 
+def _probe_value(funcs: dict, probe: str, seed: int):
+    """What a probe returns for ``funcs`` under a batch seed, through the evidence codec (as the judge sees it)."""
+    cs = case_seed(seed, probe)
+    torch.manual_seed(cs)
+    try:
+        value = PROBES[probe].fn(Namespace(dict(funcs), []), torch.Generator().manual_seed(cs))
+    except Exception as exc:  # noqa: BLE001 - an exception escaping a probe is evidence
+        value = raised(exc)
+    return decode(encode(value))
+
+
+def failed_cases(sol: dict, cell: str, seed: int = 0, **replaced) -> dict[str, str]:
+    """Judge in-process the solution's functions, some ``replaced``, on the cases of ``test_<cell>``
+    against the solution: {probe: message} of the cases that fail."""
+    funcs = {**sol, **replaced}
+    failed = {}
+    for case in ref.CASES:
+        if case.cell != f"test_{cell}":
+            continue
+        try:
+            case.check(_probe_value(funcs, case.probe, seed), _probe_value(sol, case.probe, seed))
+        except AssertionError as exc:
+            failed[case.probe] = str(exc)
+    return failed
+
+
+@pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("name", ANSWER_CELLS)
-def test_checks_pass_on_the_solution(sol, name):
-    getattr(ref, f"check_{name}")(sol[name])
+def test_cases_pass_on_the_solution(sol, name, seed):
+    assert failed_cases(sol, name, seed) == {}
 
 
 @pytest.mark.parametrize("name", ANSWER_CELLS)
-def test_checks_fail_on_the_release_stub(name):
+def test_cases_fail_on_the_release_stub(sol, name):
     def stub(*args, **kwargs):
         raise NotImplementedError()
 
-    with pytest.raises(NotImplementedError):
-        getattr(ref, f"check_{name}")(stub)
+    cases = [c.probe for c in ref.CASES if c.cell == f"test_{name}"]
+    assert sorted(failed_cases(sol, name, **{name: stub})) == sorted(cases)
 
 
-def test_elementwise_normal_is_rejected():
-    with pytest.raises(AssertionError, match="multivariate normal"):
-        ref.check_ppca_log_marginal(elementwise_log_marginal)
+def talk_snippet_log_marginal(x, W, mu, sigma2):
+    """The talk's code: a 1-D Normal with the covariance matrix as its elementwise scale."""
+    S = _covariance(W, sigma2)
+    return torch.distributions.Normal(mu, S, validate_args=False).log_prob(x).sum(-1)
+
+
+@pytest.mark.parametrize("wrong", [elementwise_log_marginal, talk_snippet_log_marginal])
+def test_independent_normals_are_rejected(sol, wrong):
+    failed = failed_cases(sol, "ppca_log_marginal", ppca_log_marginal=wrong)
+    assert "lm_batch" in failed
+    if wrong is elementwise_log_marginal:
+        assert "ONE multivariate normal" in failed["lm_batch"]
+    # the feedback must not repeat the notebook's old misquote of the talk's code
+    assert not any("S_jj" in message or ".diagonal()" in message for message in failed.values())
 
 
 @pytest.mark.parametrize("wrong,message", [(slide_conditional_plus, "erratum"),
-                                           (slide_conditional_transpose, "cond_mean wrong")])
-def test_slide_erratum_is_rejected(wrong, message):
-    with pytest.raises(AssertionError, match=message):
-        ref.check_gaussian_conditional(wrong)
+                                           (slide_conditional_transpose, "cond_mean")])
+def test_slide_erratum_is_rejected(sol, wrong, message):
+    failed = failed_cases(sol, "gaussian_conditional", gaussian_conditional=wrong)
+    assert message in failed.get("gc_values", ""), failed
 
 
 @pytest.mark.parametrize("wrong", [score_without_1_over_m, score_joint_conditional, score_pseudo_likelihood,
                                    score_slide_covariance])
-def test_wrong_masked_scores_are_rejected(wrong):
-    with pytest.raises(AssertionError):
-        ref.check_masked_score(wrong)
+def test_wrong_masked_scores_are_rejected(sol, wrong):
+    assert "ms_estimate" in failed_cases(sol, "masked_score", masked_score=wrong)
 
 
 WRONG_OBJECTIVES = {
@@ -272,21 +313,20 @@ def ref_score(x, W, mu, sigma2, m, n_masks, generator=None):
                             lambda x, mu, S, M: _conditional_logp(x, mu, S, M).mean(-1).mean())
 
 
-def test_reference_score_is_correct():
-    """Guard for the tests below: the helper they perturb passes the check itself."""
-    ref.check_masked_score(ref_score)
+def test_reference_score_is_correct(sol):
+    """Guard for the tests below: the helper they perturb passes every masked_score case itself."""
+    assert failed_cases(sol, "masked_score", masked_score=ref_score) == {}
 
 
 @pytest.mark.parametrize("name", sorted(WRONG_OBJECTIVES))
-def test_wrong_objectives_miss_by_a_wide_margin(name):
-    """Each mistake lands at least 10 SE from log p(x) on the check's own problem, so the 3-SE test
-    separates it from Monte-Carlo noise with room to spare; and the check rejects it."""
+def test_wrong_objectives_miss_by_a_wide_margin(sol, name):
+    """Each mistake lands at least 10 SE from log p(x) on a problem like the judge's, so the 3-SE test
+    separates it from Monte-Carlo noise with room to spare; and the judge's cases reject it."""
     W, mu, sigma2 = ref.random_ppca(6, 2, 0.1, seed=51)
     x = ref.ppca_samples(W, mu, sigma2, 1, seed=61)[0]
     _, _, _, z = ref.objective_matches_log_marginal(WRONG_OBJECTIVES[name], x, W, mu, sigma2, n_masks=100, seed=71)
     assert z > 10, f"{name}: only {z:.1f} SE from log p(x)"
-    with pytest.raises(AssertionError):
-        ref.check_masked_pretraining_objective(WRONG_OBJECTIVES[name])
+    assert failed_cases(sol, "masked_pretraining_objective", masked_pretraining_objective=WRONG_OBJECTIVES[name])
 
 
 # ------------------------------------------------------------------------------------------------

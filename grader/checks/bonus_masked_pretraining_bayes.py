@@ -1,16 +1,20 @@
-"""Grader-only checks for solutions/ex01/bonus_masked_pretraining_bayes.ipynb.
+"""The judge's cases for the bonus (masked pre-training and the marginal likelihood of PPCA),
+compared outside the sandbox.
 
-The references here are deliberately computed *differently* from the way the notebook asks
-students to do it, so a check is an independent second opinion rather than a copy:
+Each case names a probe of grader/probes/bonus_masked_pretraining_bayes.py and says, in the words of
+the task text, what it checks. Deterministic values (log p(x), the Gaussian conditional, gradients)
+are compared with the solution's value from the same probe. The Monte-Carlo estimates are compared
+with exact values computed here from the probe's inputs, by references deliberately computed
+*differently* from the way the notebook asks students to do it:
 
 - log p(x) comes from SciPy's multivariate normal (float64 NumPy), not from a Cholesky in torch;
 - the Gaussian conditional comes from the precision matrix Lambda = S^-1
   (cov = Lambda_MM^-1, mean = mu_M - Lambda_MM^-1 Lambda_MR (x_R - mu_R)), not from S_RR^-1;
 - the masked score S(x; m) is computed *exactly* by enumerating all C(D, m) masks, so the
-  Monte-Carlo estimates can be compared with a known target and a known standard deviation.
+  Monte-Carlo estimates are compared with a known target and a known standard deviation.
 
-Every ``check_*`` function takes the student's function, raises ``AssertionError`` with a message
-that says what went wrong, and uses its own seeded generators (deterministic, no flakes).
+Messages say what is wrong (how many standard errors off, which shape) without the hidden inputs or
+the expected values.
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ import math
 import numpy as np
 import torch
 from scipy.stats import multivariate_normal
+
+from grader.evidence import Raised
+from grader.judge import Case
+
+from ._common import _describe, raises, same
 
 DTYPE = torch.float64
 
@@ -92,189 +101,260 @@ def exact_masked_score(x, W, mu, sigma2, m: int) -> tuple[float, float]:
     return float(v.mean()), float(v.std())
 
 
-# ----------------------------------------------------------------------------------------------
-# Small assertion helpers
-# ----------------------------------------------------------------------------------------------
-
-def _as_tensor(name: str, value) -> torch.Tensor:
-    assert isinstance(value, torch.Tensor), f"{name} should be a torch.Tensor, got {type(value).__name__}"
-    return value
-
-
-def _expect(name, got, shape, dtype=DTYPE):
-    got = _as_tensor(name, got)
-    assert tuple(got.shape) == tuple(shape), f"{name}: expected shape {tuple(shape)}, got {tuple(got.shape)}"
-    assert got.dtype == dtype, f"{name}: expected dtype {dtype}, got {got.dtype}"
-    assert torch.isfinite(got).all(), f"{name} contains NaN or inf"
-    return got.detach().cpu().numpy()
-
-
-def _expect_raises(fn, exc, what: str):
-    try:
-        fn()
-    except exc:
-        return
-    except NotImplementedError:
-        raise
-    except Exception as other:  # a crash is not a clear error message
-        raise AssertionError(f"{what}: expected {exc.__name__}, got {type(other).__name__}: {other}") from other
-    raise AssertionError(f"{what}: expected {exc.__name__}, but nothing was raised")
-
-
-# ----------------------------------------------------------------------------------------------
-# Checks, one per graded function
-# ----------------------------------------------------------------------------------------------
-
-def check_ppca_log_marginal(ppca_log_marginal) -> None:
-    """log N(x; mu, W W^T + sigma2 I), single point and batch, gradients, bad shapes."""
-    for seed, (D, K, s2) in enumerate([(5, 2, 0.3), (9, 3, 0.05), (4, 4, 1.7)]):
-        W, mu, _ = random_ppca(D, K, s2, seed=100 + seed)
-        x = ppca_samples(W, mu, s2, 7, seed=200 + seed)
-        got = _expect("ppca_log_marginal(x (N, D))", ppca_log_marginal(x, W, mu, s2), (7,))
-        want = ref_log_marginal(x, W, mu, s2)
-        var = np.diag(ref_covariance(W, s2))
-        elementwise = (-0.5 * (np.log(2 * np.pi * var) + (x.numpy() - mu.numpy()) ** 2 / var)).sum(axis=1)
-        if np.allclose(got, elementwise, rtol=1e-6, atol=1e-6):
-            raise AssertionError("ppca_log_marginal ignores the correlations: it sums elementwise Normal "
-                                 "log-densities log N(x_j; mu_j, S_jj). p(x) is ONE multivariate normal N(mu, S).")
-        assert np.allclose(got, want, rtol=1e-8, atol=1e-8), (
-            f"ppca_log_marginal (D={D}, K={K}, sigma2={s2}): expected {np.round(want, 4)}, got {np.round(got, 4)}")
-        single = _expect("ppca_log_marginal(x (D,))", ppca_log_marginal(x[0], W, mu, s2), ())
-        assert np.allclose(single, want[0], rtol=1e-8, atol=1e-8), "a single point x (D,) gives a different value"
-
-    # Gradients must flow to W and sigma2 (the fitting experiment needs them).
-    W, mu, s2 = random_ppca(4, 2, 0.5, seed=7)
-    W = W.clone().requires_grad_(True)
-    log_s2 = torch.tensor(math.log(s2), dtype=DTYPE, requires_grad=True)
-    x = ppca_samples(W.detach(), mu, s2, 5, seed=8)
-    out = ppca_log_marginal(x, W, mu, log_s2.exp()).sum()
-    out.backward()
-    assert W.grad is not None and log_s2.grad is not None, "no gradient reaches W or sigma2: use torch ops only"
-
-    W, mu, s2 = random_ppca(4, 2, 0.5, seed=9)
-    _expect_raises(lambda: ppca_log_marginal(torch.zeros(3, dtype=DTYPE), W, mu, s2), ValueError,
-                   "x with the wrong number of dimensions D")
-    _expect_raises(lambda: ppca_log_marginal(torch.zeros(4, dtype=DTYPE), W, mu[:3], s2), ValueError,
-                   "mu with the wrong length")
-
-
-def check_gaussian_conditional(gaussian_conditional) -> None:
-    """Mean and covariance of p(x_M | x_R) on random SPD matrices (not PPCA-shaped)."""
-    g = torch.Generator().manual_seed(31)
-    # D = 6, |M| = 3 = |R|: the slide's S_MR^T then has the right shape but the wrong value.
-    cases = [(6, [4, 0, 2]), (7, [5]), (5, [3, 1, 0, 4]), (6, [1, 5, 2]), (4, [2, 0, 3, 1])]
-    for D, M in cases:
-        A = torch.randn(D, D, generator=g, dtype=DTYPE)
-        S = A @ A.T + 0.5 * torch.eye(D, dtype=DTYPE)
-        mu = torch.randn(D, generator=g, dtype=DTYPE)
-        x = torch.randn(3, D, generator=g, dtype=DTYPE)
-        idx = torch.tensor(M, dtype=torch.long)
-        out = gaussian_conditional(mu, S, x, idx)
-        assert isinstance(out, tuple) and len(out) == 2, "return a tuple (cond_mean, cond_cov)"
-        mean = _expect("cond_mean for x (N, D)", out[0], (3, len(M)))
-        cov = _expect("cond_cov", out[1], (len(M), len(M)))
-        want_mean, want_cov = ref_conditional(mu, S, x, M)
-        if len(M) < D:
-            Mi, Ri = np.array(M), np.setdiff1d(np.arange(D), M)
-            Sn = S.numpy()
-            plus = Sn[np.ix_(Mi, Mi)] + Sn[np.ix_(Mi, Ri)] @ np.linalg.solve(Sn[np.ix_(Ri, Ri)], Sn[np.ix_(Ri, Mi)])
-            if np.allclose(cov, plus, rtol=1e-6, atol=1e-8):
-                raise AssertionError("cond_cov = S_MM + S_MR S_RR^-1 S_RM is the slide's erratum: conditioning "
-                                     "REDUCES uncertainty, the covariance is the Schur complement S_MM - S_MR S_RR^-1 S_RM")
-        assert np.allclose(cov, want_cov, rtol=1e-7, atol=1e-9), (
-            f"cond_cov wrong for D={D}, masked_idx={M} (expected the Schur complement S_MM - S_MR S_RR^-1 S_RM)")
-        assert np.allclose(mean, want_mean, rtol=1e-7, atol=1e-9), (
-            f"cond_mean wrong for D={D}, masked_idx={M}: expected mu_M + S_MR S_RR^-1 (x_R - mu_R) "
-            f"(S_MR is the |M| x |R| block; the order of the outputs follows masked_idx)")
-        single_mean, single_cov = gaussian_conditional(mu, S, x[1], idx)
-        _expect("cond_mean for x (D,)", single_mean, (len(M),))
-        assert np.allclose(single_mean.detach().numpy(), want_mean[1], rtol=1e-7, atol=1e-9), (
-            "a single x (D,) gives a different mean than the same row inside a batch")
-
-    mu, S = torch.zeros(3, dtype=DTYPE), torch.eye(3, dtype=DTYPE)
-    _expect_raises(lambda: gaussian_conditional(mu, S, torch.zeros(4, dtype=DTYPE), torch.tensor([0])),
-                   ValueError, "x of length 4 with a 3x3 covariance")
-    _expect_raises(lambda: gaussian_conditional(mu, S[:2], torch.zeros(3, dtype=DTYPE), torch.tensor([0])),
-                   ValueError, "a non-square covariance")
-    _expect_raises(lambda: gaussian_conditional(mu, S, torch.zeros(3, dtype=DTYPE), torch.tensor([0, 3])),
-                   ValueError, "masked_idx out of range")
-    _expect_raises(lambda: gaussian_conditional(mu, S, torch.zeros(3, dtype=DTYPE), torch.tensor([1, 1])),
-                   ValueError, "repeated masked_idx")
-
-
-def check_masked_score(masked_score) -> None:
-    """Monte-Carlo S(x; m) against the exact enumeration, with its standard error."""
-    D, K, s2 = 6, 2, 0.1
-    W, mu, _ = random_ppca(D, K, s2, seed=41)
-    x = ppca_samples(W, mu, s2, 1, seed=42)[0]
-    n = 200
-    for m in (1, 3, 5):
-        est, se = masked_score(x, W, mu, s2, m, n, torch.Generator().manual_seed(1000 + m))
-        est = float(_expect(f"S(x; {m}) estimate", est, ()))
-        se = float(_expect(f"S(x; {m}) standard error", se, ()))
-        exact, sd = exact_masked_score(x, W, mu, s2, m)
-        # 4 SE per m (three values of m checked) keeps the chance of failing a correct answer below 1e-4.
-        assert abs(est - exact) < 4 * se + 1e-9, (
-            f"S(x; {m}) = {est:.4f} +- {se:.4f}, but the exact value (all masks enumerated) is {exact:.4f}. "
-            f"Each mask contributes (1/m) sum_j log p(x_j | x_R), every masked x_j conditioned on the "
-            f"UNmasked coordinates only.")
-        assert 0.6 * sd / math.sqrt(n) <= se <= 1.6 * sd / math.sqrt(n), (
-            f"standard error of S(x; {m}) with {n} masks should be about sd/sqrt(n) = {sd / math.sqrt(n):.4f}, "
-            f"got {se:.4f} (the sample standard deviation of the per-mask values over sqrt(n_masks))")
-    # m = D: no context, one possible mask; the value is the mean marginal log-density, exactly.
-    est, se = masked_score(x, W, mu, s2, D, 8, torch.Generator().manual_seed(5))
-    exact, _ = exact_masked_score(x, W, mu, s2, D)
-    assert abs(float(est) - exact) < 1e-8 and float(se) < 1e-8, f"S(x; D) should be exactly {exact:.6f} with SE 0"
-
-    # A batch (N, D) averages the per-mask value over the rows.
-    X = ppca_samples(W, mu, s2, 5, seed=43)
-    est, se = masked_score(X, W, mu, s2, 2, n, torch.Generator().manual_seed(7))
-    est = float(_expect("S(X; 2) for a batch X (N, D)", est, ()))
-    exact, _ = exact_masked_score(X, W, mu, s2, 2)
-    assert abs(est - exact) < 4 * float(se) + 1e-9, (
-        f"for X (N, D) return the average over rows: expected about {exact:.4f}, got {est:.4f} +- {float(se):.4f}")
-
-    # The generator drives the masks: same seed, same answer; another seed, another answer.
-    a = masked_score(x, W, mu, s2, 2, 20, torch.Generator().manual_seed(3))[0]
-    b = masked_score(x, W, mu, s2, 2, 20, torch.Generator().manual_seed(3))[0]
-    c = masked_score(x, W, mu, s2, 2, 20, torch.Generator().manual_seed(4))[0]
-    assert float(a) == float(b), "draw the masks with the `generator` argument, so a seed reproduces the estimate"
-    assert float(a) != float(c), "different generators give identical estimates: are the masks random?"
-    _expect_raises(lambda: masked_score(x, W, mu, s2, 0, 10, torch.Generator().manual_seed(0)), ValueError,
-                   "mask size m = 0")
-    _expect_raises(lambda: masked_score(x, W, mu, s2, D + 1, 10, torch.Generator().manual_seed(0)), ValueError,
-                   "mask size m > D")
-
-
 def objective_matches_log_marginal(objective, x, W, mu, sigma2, n_masks: int, seed: int):
-    """Return (estimate, se, exact, z) for the cumulative masked objective on (x, W, mu, sigma2)."""
+    """Return (estimate, se, exact, z) for the cumulative masked objective on (x, W, mu, sigma2)
+    (used by tests/test_bonus_ppca.py to study the solution and wrong objectives in-process)."""
     est, se = objective(x, W, mu, sigma2, n_masks, torch.Generator().manual_seed(seed))
-    est = float(_expect("masked_pretraining_objective estimate", est, ()))
-    se = float(_expect("masked_pretraining_objective standard error", se, ()))
+    est, se = float(est), float(se)
     exact = float(np.mean(ref_log_marginal(x, W, mu, sigma2)))
     z = abs(est - exact) / se if se > 0 else math.inf
     return est, se, exact, z
 
 
-def check_masked_pretraining_objective(masked_pretraining_objective) -> None:
-    """Proposition 1: sum_m S(x; m) = log p(x), within 3 standard errors (with one re-draw)."""
-    for case, (D, K, s2, N) in enumerate([(6, 2, 0.1, 1), (5, 1, 0.3, 4)]):
-        W, mu, _ = random_ppca(D, K, s2, seed=51 + case)
-        x = ppca_samples(W, mu, s2, N, seed=61 + case)
-        x = x[0] if N == 1 else x
-        n = 100  # masks per mask size
-        est, se, exact, z = objective_matches_log_marginal(masked_pretraining_objective, x, W, mu, s2, n, 71 + case)
-        if z >= 3:
-            # A correct answer misses 3 SE with probability ~0.3 %; one fresh draw with 4x the masks
-            # makes a false alarm ~1e-5, while the usual mistakes miss by tens of SE both times.
-            n = 4 * n
-            est, se, exact, z = objective_matches_log_marginal(masked_pretraining_objective, x, W, mu, s2,
-                                                               n, 171 + case)
-        assert z < 3, (
-            f"sum_m S(x; m) = {est:.4f} +- {se:.4f} but log p(x) = {exact:.4f} ({z:.1f} standard errors away). "
-            f"Sum S(x; m) over ALL mask sizes m = 1..D (no average over m), each an average over masks.")
-        # The SE itself must be honest: compare with the exact per-m scatter from the enumeration.
-        want_se = math.sqrt(sum(exact_masked_score(x, W, mu, s2, m)[1] ** 2 for m in range(1, D + 1)) / n)
-        assert 0.6 * want_se <= se <= 1.6 * want_se, (
-            f"standard error {se:.4f} should be about {want_se:.4f}: sqrt(sum_m SE_m^2), the S(x; m) being "
-            f"independent estimates")
+def exact_objective_se(x, W, mu, sigma2, n_masks: int) -> float:
+    """The standard error of sum_m S-hat(x; m) with n_masks uniform masks per m, from the enumeration."""
+    D = np.asarray(W).shape[0]
+    return math.sqrt(sum(exact_masked_score(x, W, mu, sigma2, m)[1] ** 2 for m in range(1, D + 1)) / n_masks)
+
+
+# ----------------------------------------------------------------------------------------------
+# Comparators (check(got, ref) for the judge)
+# ----------------------------------------------------------------------------------------------
+
+def _np(t) -> np.ndarray:
+    return t.detach().double().numpy()
+
+
+def _value(out, where: str):
+    """A returned value that is neither an exception nor unreadable."""
+    if isinstance(out, Raised) or not isinstance(out, (torch.Tensor, tuple, list, int, float)):
+        raise AssertionError(f"{where}: it {_describe(out)}")
+    return out
+
+
+def _scalar_tensor(v, where: str) -> float:
+    """A 0-d float64 tensor with a finite value, as a float."""
+    if not isinstance(v, torch.Tensor):
+        raise AssertionError(f"{where}: expected a 0-d torch.Tensor, but it {_describe(v)}")
+    if tuple(v.shape) != ():
+        raise AssertionError(f"{where}: shape {tuple(v.shape)}, expected a 0-d tensor")
+    if v.dtype != DTYPE:
+        raise AssertionError(f"{where}: dtype {v.dtype}, expected {DTYPE}")
+    f = float(v)
+    if not math.isfinite(f):
+        raise AssertionError(f"{where}: value {f} (not finite)")
+    return f
+
+
+def _estimate_pair(out, where: str) -> tuple[float, float]:
+    """(estimate, standard_error): two 0-d float64 tensors."""
+    _value(out, where)
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise AssertionError(f"{where}: return a tuple (estimate, standard_error), but it {_describe(out)}"
+                             + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""))
+    return _scalar_tensor(out[0], f"{where}: the estimate"), _scalar_tensor(out[1], f"{where}: the standard error")
+
+
+LOGP = same(rtol=1e-8, atol=1e-8)
+GRAD = same(rtol=1e-6, atol=1e-8)
+
+
+def check_log_marginal(got, ref) -> None:
+    """log p(x) for x (N, D); recognises the product of independent per-coordinate normals."""
+    if not isinstance(got, list) or len(got) != len(ref):
+        raise AssertionError(f"expected {len(ref)} results, but it {_describe(got)}")
+    for i, (g, r) in enumerate(zip(got, ref)):
+        where = f"call {i + 1} (x of shape {tuple(r['x'].shape)})"
+        out = g.get("out") if isinstance(g, dict) else g
+        try:
+            LOGP(out, r["out"], where)
+        except AssertionError:
+            if isinstance(out, torch.Tensor) and tuple(out.shape) == tuple(r["out"].shape):
+                var = np.diag(ref_covariance(r["W"], r["sigma2"]))
+                x, mu = _np(r["x"]), _np(r["mu"])
+                independent = (-0.5 * (np.log(2 * np.pi * var) + (x - mu) ** 2 / var)).sum(axis=1)
+                if np.allclose(_np(out), independent, rtol=1e-6, atol=1e-6):
+                    raise AssertionError(
+                        f"{where}: the values are the log-likelihood of independent coordinates (a product of "
+                        "one-dimensional normals with the marginal variances): it ignores the correlations "
+                        "W W^T puts between coordinates. p(x) is ONE multivariate normal N(mu, W W^T + sigma2 I)."
+                    ) from None
+            raise
+
+
+def check_conditional(got, ref) -> None:
+    """(cond_mean, cond_cov) of every call; recognises the slide's '+' covariance and transposed mean."""
+    if not isinstance(got, list) or len(got) != len(ref):
+        raise AssertionError(f"expected {len(ref)} results, but it {_describe(got)}")
+    compare = same(rtol=1e-7, atol=1e-9)
+    for i, (g, r) in enumerate(zip(got, ref)):
+        D, m = int(r["S"].shape[0]), int(r["idx"].numel())
+        where = f"call {i + 1} (D = {D}, {m} masked)"
+        out = _value(g.get("out") if isinstance(g, dict) else g, where)
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise AssertionError(f"{where}: return a tuple (cond_mean, cond_cov), but it {_describe(out)}")
+        _slide_plus(out[1], r)
+        compare(out[1], r["out"][1], f"{where}, cond_cov")
+        compare(out[0], r["out"][0], f"{where}, cond_mean")
+
+
+def _slide_plus(cov, r) -> None:
+    """Raise the erratum's message when cov is S_MM + S_MR S_RR^-1 S_RM."""
+    if not isinstance(cov, torch.Tensor) or tuple(cov.shape) != tuple(r["out"][1].shape):
+        return
+    S, M = _np(r["S"]), _np(r["idx"]).astype(np.int64)
+    R = np.setdiff1d(np.arange(S.shape[0]), M)
+    if len(R) == 0:
+        return
+    plus = S[np.ix_(M, M)] + S[np.ix_(M, R)] @ np.linalg.solve(S[np.ix_(R, R)], S[np.ix_(R, M)])
+    if np.allclose(_np(cov), plus, rtol=1e-6, atol=1e-8):
+        raise AssertionError("cond_cov = S_MM + S_MR S_RR^-1 S_RM is the slide's erratum: conditioning REDUCES "
+                             "uncertainty, the covariance is the Schur complement S_MM - S_MR S_RR^-1 S_RM")
+
+
+def check_score_estimates(got, ref, sigmas: float = 4.0) -> None:
+    """Every S-hat(x; m) lies within ``sigmas`` true standard errors of the exact S(x; m)."""
+    if not isinstance(got, dict) or not isinstance(got.get("calls"), list) or len(got["calls"]) != len(ref["calls"]):
+        raise AssertionError(f"no estimates: it {_describe(got)}")
+    n = int(ref["n_masks"])
+    for (_, out), (m, _) in zip(got["calls"], ref["calls"]):
+        where = f"S(x; {m})" + (f" for x of shape {tuple(ref['x'].shape)}" if ref["x"].dim() == 2 else "")
+        est, _se = _estimate_pair(out, where)
+        exact, sd = exact_masked_score(ref["x"], ref["W"], ref["mu"], ref["sigma2"], int(m))
+        true_se = sd / math.sqrt(n)
+        if abs(est - exact) > sigmas * true_se + 1e-9:
+            raise AssertionError(
+                f"{where} with {n} masks is {abs(est - exact) / true_se:.1f} standard errors from the exact value "
+                "(every mask enumerated). Each mask of size m contributes (1/m) sum_j log p(x_j | x_R), every "
+                "masked x_j predicted on its own from the UNmasked coordinates only"
+                + (", averaged over the rows of x." if ref["x"].dim() == 2 else "."))
+
+
+def check_score_standard_errors(got, ref, low: float = 0.7, high: float = 1.4) -> None:
+    """The reported standard error is about sd / sqrt(n_masks) (sd: the exact per-mask scatter)."""
+    if not isinstance(got, dict) or not isinstance(got.get("calls"), list) or len(got["calls"]) != len(ref["calls"]):
+        raise AssertionError(f"no estimates: it {_describe(got)}")
+    n = int(ref["n_masks"])
+    for (_, out), (m, _) in zip(got["calls"], ref["calls"]):
+        _est, se = _estimate_pair(out, f"S(x; {m})")
+        _, sd = exact_masked_score(ref["x"], ref["W"], ref["mu"], ref["sigma2"], int(m))
+        ratio = se / (sd / math.sqrt(n))
+        if not low <= ratio <= high:
+            raise AssertionError(f"the standard error of S(x; {m}) with {n} masks is {ratio:.3g} times the true one: "
+                                 "report the sample standard deviation of the per-mask values over sqrt(n_masks)")
+
+
+def check_full_mask(got, ref) -> None:
+    """m = D: one possible mask, S(x; D) exact (the mean marginal log-density), standard error 0."""
+    if not isinstance(got, list) or len(got) != len(ref):
+        raise AssertionError(f"expected {len(ref)} results, but it {_describe(got)}")
+    for i, (g, r) in enumerate(zip(got, ref)):
+        est, se = _estimate_pair(g, f"call {i + 1}")
+        want = float(r[0])
+        if abs(est - want) > 1e-8 * (1 + abs(want)):
+            raise AssertionError(f"call {i + 1}: S(x; D) is off by {abs(est - want):.3g}; with m = D every mask is "
+                                 "the full set, so the value is the mean marginal log-density log p(x_j)")
+        if abs(se) > 1e-8:
+            raise AssertionError(f"call {i + 1}: with m = D every mask gives the same value, so the standard "
+                                 f"error is 0, not {se:.3g}")
+
+
+def check_generator(got, ref) -> None:
+    """Same generator seed, same estimate; another seed, another estimate."""
+    if not isinstance(got, list) or len(got) != 3:
+        raise AssertionError(f"expected 3 results, but it {_describe(got)}")
+    a, b, c = (_estimate_pair(g, f"call {i + 1}")[0] for i, g in enumerate(got))
+    if abs(a - b) > 1e-12 * (1 + abs(a)):
+        raise AssertionError("two generators with the same seed give different estimates: draw the masks with "
+                             "the `generator` argument (torch.randperm(D, generator=generator))")
+    if a == c:
+        raise AssertionError("generators with different seeds give identical estimates: are the masks random?")
+
+
+def check_objective_estimate(got, ref) -> None:
+    """Proposition 1: sum_m S-hat(x; m) within 3 of its reported standard errors of log p(x) (one re-draw
+    with 4x the masks; a correct answer misses twice with probability ~1e-5). A standard error that is
+    too large to be honest is the other case's business."""
+    if not isinstance(got, list) or len(got) != len(ref):
+        raise AssertionError(f"expected {len(ref)} results, but it {_describe(got)}")
+    for i, (g, r) in enumerate(zip(got, ref)):
+        if not isinstance(g, dict) or not isinstance(g.get("calls"), list) or len(g["calls"]) != len(r["calls"]):
+            raise AssertionError(f"case {i + 1}: no estimates")
+        exact = float(np.mean(ref_log_marginal(r["x"], r["W"], r["mu"], r["sigma2"])))
+        zs = []
+        for n, out in zip(r["n_masks"], g["calls"]):
+            est, se = _estimate_pair(out, f"case {i + 1} with {n} masks per m")
+            if not se > 0:
+                raise AssertionError(f"case {i + 1}: the standard error is {se:.3g}, expected a positive number")
+            zs.append(abs(est - exact) / se)   # in the student's own standard errors, as the text says
+            if zs[-1] < 3:
+                break
+        else:
+            raise AssertionError(
+                f"case {i + 1}: sum_m S(x; m) is {zs[0]:.1f} standard errors from the exact log p(x) "
+                f"(and {zs[-1]:.1f} with 4x the masks). Sum S(x; m) over ALL mask sizes m = 1..D (no average "
+                "over m), each an average over masks" + (" and over the rows of x." if r["x"].dim() == 2 else "."))
+
+
+def check_objective_standard_error(got, ref, low: float = 0.7, high: float = 1.4) -> None:
+    """The standard error is about sqrt(sum_m SE_m^2) (the S(x; m) being independent)."""
+    if not isinstance(got, list) or len(got) != len(ref):
+        raise AssertionError(f"expected {len(ref)} results, but it {_describe(got)}")
+    for i, (g, r) in enumerate(zip(got, ref)):
+        if not isinstance(g, dict) or not isinstance(g.get("calls"), list) or len(g["calls"]) != len(r["calls"]):
+            raise AssertionError(f"case {i + 1}: no estimates")
+        for n, out in zip(r["n_masks"], g["calls"]):
+            _est, se = _estimate_pair(out, f"case {i + 1}")
+            ratio = se / exact_objective_se(r["x"], r["W"], r["mu"], r["sigma2"], int(n))
+            if not low <= ratio <= high:
+                raise AssertionError(f"case {i + 1}: the standard error is {ratio:.3g} times the true one: the "
+                                     "S(x; m) are independent estimates, so it is sqrt(sum_m SE_m^2)")
+
+
+# ----------------------------------------------------------------------------------------------
+# The cases
+# ----------------------------------------------------------------------------------------------
+
+CASES = [
+    # ppca_log_marginal: 2 points
+    Case("test_ppca_log_marginal", "lm_batch",
+         "log p(x) = log N(x; mu, W W^T + sigma2 I), one multivariate normal, for x (N, D) -> (N,) float64",
+         check_log_marginal, weight=2),
+    Case("test_ppca_log_marginal", "lm_single", "a single x (D,) gives a 0-d tensor", LOGP),
+    Case("test_ppca_log_marginal", "lm_gradient", "gradients reach W, mu and sigma2 (everything in torch)", GRAD),
+    Case("test_ppca_log_marginal", "lm_rejects_shapes", "a ValueError when W, mu and x disagree in shape",
+         raises("ValueError")),
+    # gaussian_conditional: 3 points
+    Case("test_gaussian_conditional", "gc_values",
+         "mean mu_M + S_MR S_RR^-1 (x_R - mu_R) and Schur-complement covariance S_MM - S_MR S_RR^-1 S_RM, "
+         "for x (N, D)", check_conditional, weight=2),
+    Case("test_gaussian_conditional", "gc_order", "outputs in the order of masked_idx", check_conditional),
+    Case("test_gaussian_conditional", "gc_single", "a single x (D,) gives cond_mean (m,)", check_conditional),
+    Case("test_gaussian_conditional", "gc_all_masked", "R empty (everything masked): the marginal N(mu_M, S_MM)",
+         check_conditional),
+    Case("test_gaussian_conditional", "gc_rejects_shapes", "a ValueError for inconsistent shapes",
+         raises("ValueError")),
+    Case("test_gaussian_conditional", "gc_rejects_indices", "a ValueError for indices out of range or repeated",
+         raises("ValueError")),
+    # masked_score: 3 points
+    Case("test_masked_score", "ms_estimate",
+         "S(x; m) estimated by (1/m) sum_{j in M} log p(x_j | x_R) over uniform masks of size m (within 4 "
+         "standard errors of the exact value)", check_score_estimates, weight=2),
+    Case("test_masked_score", "ms_standard_error",
+         "standard error = sample standard deviation of the per-mask values / sqrt(n_masks)",
+         check_score_standard_errors),
+    Case("test_masked_score", "ms_batch", "x (N, D): each mask's value averaged over the N rows",
+         check_score_estimates),
+    Case("test_masked_score", "ms_full_mask", "m = D: the mean marginal log-density, exactly, two 0-d tensors",
+         check_full_mask),
+    Case("test_masked_score", "ms_gradient", "the estimate stays differentiable in W, mu and sigma2", GRAD),
+    Case("test_masked_score", "ms_generator", "masks drawn with `generator`: the same seed reproduces the estimate",
+         check_generator),
+    Case("test_masked_score", "ms_rejects_m", "a ValueError unless 1 <= m <= D", raises("ValueError")),
+    # masked_pretraining_objective: 2 points
+    Case("test_masked_pretraining_objective", "mo_estimate",
+         "Proposition 1: sum over m = 1..D of S(x; m) lands within three standard errors of log p(x)",
+         check_objective_estimate, weight=2),
+    Case("test_masked_pretraining_objective", "mo_standard_error",
+         "standard error of the sum = sqrt(sum_m SE_m^2), two 0-d tensors", check_objective_standard_error),
+]
