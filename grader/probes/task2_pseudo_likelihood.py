@@ -1,0 +1,498 @@
+"""Probes for Task 2 (pseudo-likelihood). Inputs only: the judge (grader/checks/task2_pseudo_likelihood.py)
+compares with the solution's values from the same probes.
+
+The models are tiny randomly initialised transformers built here from a seed drawn from ``gen`` (the
+notebook's ``mlm_model``/``ar_model`` are top-level values of a given cell, which the harness does not run).
+``initializer_range=0.5`` makes their conditionals far from uniform, so reading the wrong position or
+forgetting the mask is off by whole nats. transformers is imported once, when the harness loads this
+module, so every forked case starts with it in memory.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from transformers import BertConfig, BertForMaskedLM, GPTNeoXConfig, GPTNeoXForCausalLM
+
+from grader.probe import attempt, probes
+
+PROBES: dict = {}
+probe = probes(PROBES)
+
+
+# ------------------------------------------------------------------------------ fixtures
+def _seed(gen: torch.Generator) -> int:
+    return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=gen))
+
+
+def tiny_masked_lm(gen: torch.Generator, vocab_size: int = 37, hidden: int = 32, layers: int = 2):
+    """(a random BertForMaskedLM in eval mode, its mask token id = vocab_size - 1)."""
+    config = BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+                        num_attention_heads=2, intermediate_size=2 * hidden, max_position_embeddings=64,
+                        initializer_range=0.5, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    seed = _seed(gen)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return BertForMaskedLM(config).eval(), vocab_size - 1
+
+
+def tiny_causal_lm(gen: torch.Generator, vocab_size: int = 41, hidden: int = 32, layers: int = 2):
+    """A random GPTNeoXForCausalLM (Pythia's class) in eval mode."""
+    config = GPTNeoXConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
+                           num_attention_heads=2, intermediate_size=2 * hidden, max_position_embeddings=64,
+                           initializer_range=0.5, hidden_dropout=0.0, attention_dropout=0.0)
+    seed = _seed(gen)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return GPTNeoXForCausalLM(config).eval()
+
+
+@contextmanager
+def count_forward_passes(model):
+    """Yields a list that receives the batch size of every forward pass (hooked on the input embedding,
+    so ``model(...)``, ``model.forward(...)`` and calls of the inner encoder all count)."""
+    sizes: list[int] = []
+
+    def hook(_module, inputs, _output):
+        ids = inputs[0]
+        sizes.append(int(ids.shape[0]) if ids.dim() > 1 else 1)
+
+    handle = model.get_input_embeddings().register_forward_hook(hook)
+    try:
+        yield sizes
+    finally:
+        handle.remove()
+
+
+def _table(gen: torch.Generator, t: int, v: int, dtype=torch.float32) -> torch.Tensor:
+    return torch.log_softmax(2.0 * torch.randn(t, v, generator=gen, dtype=torch.float64), dim=-1).to(dtype)
+
+
+def _size(gen: torch.Generator, low: int, high: int) -> int:
+    return int(torch.randint(low, high + 1, (1,), generator=gen))
+
+
+def _sequence(gen: torch.Generator, mask_id: int) -> torch.Tensor:
+    return torch.randint(0, mask_id, (_size(gen, 9, 15),), generator=gen)
+
+
+def _some_positions(gen: torch.Generator, t: int, k: int) -> torch.Tensor:
+    return torch.randperm(t, generator=gen)[:k]
+
+
+# ------------------------------------------------------------------------------ mlm_loss
+@probe()
+def mlm_loss_one_mask(ns, gen):
+    out = []
+    for t, v in [(1, 3), (_size(gen, 5, 9), 5), (_size(gen, 15, 30), 50)]:
+        lp, x = _table(gen, t, v), torch.randint(v, (t,), generator=gen)
+        mask = torch.rand(t, generator=gen) < 0.5
+        mask[0] = True
+        out.append(attempt(ns.mlm_loss, lp, x, mask))
+    return out
+
+
+@probe()
+def mlm_loss_many_masks(ns, gen):
+    t, v, k = _size(gen, 10, 25), 30, _size(gen, 3, 12)
+    lp, x = _table(gen, t, v), torch.randint(v, (t,), generator=gen)
+    masks = torch.rand(k, t, generator=gen) < torch.rand(k, 1, generator=gen)
+    masks[0] = False  # an empty mask
+    masks[1] = True   # every position: S(x)
+    return ns.mlm_loss(lp, x, masks)
+
+
+@probe()
+def mlm_loss_float64(ns, gen):
+    t, v = _size(gen, 6, 12), 7
+    lp, x = _table(gen, t, v, torch.float64), torch.randint(v, (t,), generator=gen)
+    return [ns.mlm_loss(lp, x, torch.rand(t, generator=gen) < 0.5),
+            ns.mlm_loss(lp, x, torch.rand(3, t, generator=gen) < 0.5)]
+
+
+@probe()
+def mlm_loss_unselected_inf(ns, gen):
+    t, v = _size(gen, 6, 12), 5
+    lp, x = _table(gen, t, v), torch.randint(v, (t,), generator=gen)
+    mask = torch.rand(t, generator=gen) < 0.5
+    mask[0], mask[1] = True, False
+    lp[~mask, :] = float("-inf")  # unselected rows: impossible tokens
+    masks = mask.unsqueeze(0).repeat(2, 1)
+    return [ns.mlm_loss(lp, x, mask), ns.mlm_loss(lp, x, masks)]
+
+
+@probe()
+def mlm_loss_rejects_shapes(ns, gen):
+    t, v = _size(gen, 5, 9), 4
+    lp, x = _table(gen, t, v), torch.randint(v, (t,), generator=gen)
+    ok = torch.ones(t, dtype=torch.bool)
+    return [attempt(ns.mlm_loss, lp, x[:-1], ok),
+            attempt(ns.mlm_loss, lp, x, ok[:-1]),
+            attempt(ns.mlm_loss, lp, x, torch.ones(3, t + 2, dtype=torch.bool))]
+
+
+# ------------------------------------------------------------------------------ masked_copies
+@probe()
+def masked_copies_values(ns, gen):
+    t = _size(gen, 6, 20)
+    ids = torch.randint(5, 100, (t,), generator=gen)
+    positions = torch.randint(0, t, (_size(gen, 3, 8),), generator=gen)
+    positions[-1] = positions[0]  # a repeat
+    out = [ns.masked_copies(ids, positions, 3)]
+    out.append(ns.masked_copies(ids, torch.randperm(t, generator=gen), 101))
+    return out
+
+
+@probe()
+def masked_copies_input_unchanged(ns, gen):
+    t = _size(gen, 6, 20)
+    ids = torch.randint(5, 100, (t,), generator=gen)
+    ns.masked_copies(ids, torch.randperm(t, generator=gen)[:4], 1)
+    return ids
+
+
+@probe()
+def masked_copies_rejects_2d(ns, gen):
+    ids = torch.randint(5, 100, (1, _size(gen, 6, 20)), generator=gen)
+    return ns.masked_copies(ids, torch.tensor([0, 2]), 3)
+
+
+@probe()
+def masked_copies_rejects_out_of_range(ns, gen):
+    t = _size(gen, 6, 20)
+    ids = torch.randint(5, 100, (t,), generator=gen)
+    return [attempt(ns.masked_copies, ids, torch.tensor([0, t]), 3),
+            attempt(ns.masked_copies, ids, torch.tensor([-1, 1]), 3)]
+
+
+# ------------------------------------------------------------------------------ conditional_log_probs
+@probe()
+def conditional_all_positions(ns, gen):
+    model, mask_id = tiny_masked_lm(gen)
+    ids = _sequence(gen, mask_id)
+    return ns.conditional_log_probs(model, ids, mask_id, batch_size=_size(gen, 3, 6))
+
+
+@probe()
+def conditional_given_positions(ns, gen):
+    model, mask_id = tiny_masked_lm(gen)
+    ids = _sequence(gen, mask_id)
+    positions = _some_positions(gen, len(ids), 5)
+    positions[-1] = positions[0]  # a repeat
+    return ns.conditional_log_probs(model, ids, mask_id, positions=positions, batch_size=2)
+
+
+@probe()
+def conditional_batches(ns, gen):
+    model, mask_id = tiny_masked_lm(gen)
+    ids = _sequence(gen, mask_id)
+    batch_size = _size(gen, 3, 5)
+    with count_forward_passes(model) as sizes:
+        ns.conditional_log_probs(model, ids, mask_id, batch_size=batch_size)
+    return {"sizes": sizes, "copies": len(ids), "batch_size": batch_size}
+
+
+@probe()
+def conditional_no_grad(ns, gen):
+    model, mask_id = tiny_masked_lm(gen)
+    ids = _sequence(gen, mask_id)
+    return bool(ns.conditional_log_probs(model, ids, mask_id, batch_size=8).requires_grad)
+
+
+# ------------------------------------------------------------------------------ pseudo_log_likelihood
+@probe()
+def pll_all_positions(ns, gen):
+    model, mask_id = tiny_masked_lm(gen)
+    ids = _sequence(gen, mask_id)
+    return ns.pseudo_log_likelihood(model, ids, mask_id, batch_size=4)
+
+
+@probe()
+def pll_given_positions(ns, gen):
+    model, mask_id = tiny_masked_lm(gen)
+    ids = _sequence(gen, mask_id)
+    positions = _some_positions(gen, len(ids), 4)
+    return ns.pseudo_log_likelihood(model, ids, mask_id, positions=positions, batch_size=16)
+
+
+@probe()
+def pll_batches(ns, gen):
+    model, mask_id = tiny_masked_lm(gen)
+    ids = _sequence(gen, mask_id)
+    batch_size = _size(gen, 3, 5)
+    with count_forward_passes(model) as sizes:
+        ns.pseudo_log_likelihood(model, ids, mask_id, batch_size=batch_size)
+    return {"sizes": sizes, "copies": len(ids), "batch_size": batch_size}
+
+
+@probe()
+def pppl_values(ns, gen):
+    a = -float(torch.rand(1, generator=gen)) * 40
+    b = -float(torch.rand(1, generator=gen)) * 5
+    c = -torch.rand((), generator=gen) * 30
+    return [attempt(ns.pseudo_perplexity, a, _size(gen, 5, 20)),
+            attempt(ns.pseudo_perplexity, c, _size(gen, 5, 20)),
+            attempt(ns.pseudo_perplexity, c.double(), 1),
+            attempt(ns.pseudo_perplexity, b, 2)]
+
+
+@probe()
+def pppl_rejects_no_tokens(ns, gen):
+    pll = -float(torch.rand(1, generator=gen)) * 10
+    return [attempt(ns.pseudo_perplexity, pll, 0), attempt(ns.pseudo_perplexity, pll, -_size(gen, 1, 5))]
+
+
+# ------------------------------------------------------------------------------ single_index_estimate
+def _estimates(ns, gen, positions_count: int | None, num_samples: int):
+    model, mask_id = tiny_masked_lm(gen)
+    ids = torch.randint(0, mask_id, (_size(gen, 7, 9),), generator=gen)
+    positions = None if positions_count is None else _some_positions(gen, len(ids), positions_count)
+    draws = torch.Generator().manual_seed(_seed(gen))
+    return ns.single_index_estimate(model, ids, mask_id, num_samples=num_samples, positions=positions,
+                                    generator=draws)
+
+
+@probe()
+def single_index_values(ns, gen):
+    return _estimates(ns, gen, None, 400)
+
+
+@probe()
+def single_index_given_positions(ns, gen):
+    return _estimates(ns, gen, 4, 400)
+
+
+@probe()
+def single_index_uniform(ns, gen):
+    return _estimates(ns, gen, None, 3000)
+
+
+@probe()
+def single_index_one_pass(ns, gen):
+    model, mask_id = tiny_masked_lm(gen)
+    ids = _sequence(gen, mask_id)
+    with count_forward_passes(model) as sizes:
+        ns.single_index_estimate(model, ids, mask_id, num_samples=_size(gen, 40, 60),
+                                 generator=torch.Generator().manual_seed(_seed(gen)))
+    return {"sizes": sizes}
+
+
+@probe()
+def single_index_generator(ns, gen):
+    model, mask_id = tiny_masked_lm(gen)
+    ids = _sequence(gen, mask_id)
+    seed, out = _seed(gen), []
+    for global_seed in (1, 2):  # the global random state must not matter
+        torch.manual_seed(global_seed)
+        out.append(ns.single_index_estimate(model, ids, mask_id, num_samples=30,
+                                            generator=torch.Generator().manual_seed(seed)))
+    return out
+
+
+# ------------------------------------------------------------------------------ causal_log_probs / perplexity
+@probe()
+def causal_no_context(ns, gen):
+    model = tiny_causal_lm(gen)
+    return ns.causal_log_probs(model, torch.randint(1, 41, (_size(gen, 8, 16),), generator=gen))
+
+
+@probe()
+def causal_with_context(ns, gen):
+    model = tiny_causal_lm(gen)
+    ids = torch.randint(1, 41, (_size(gen, 8, 16),), generator=gen)
+    return [ns.causal_log_probs(model, ids, context_token_id=0), ns.causal_log_probs(model, ids[:1], 0)]
+
+
+@probe()
+def causal_one_pass(ns, gen):
+    model = tiny_causal_lm(gen)
+    ids = torch.randint(1, 41, (_size(gen, 8, 16),), generator=gen)
+    with count_forward_passes(model) as sizes:
+        ns.causal_log_probs(model, ids, context_token_id=0)
+    with count_forward_passes(model) as sizes2:
+        ns.causal_log_probs(model, ids)
+    return {"sizes": sizes + sizes2, "calls": 2}
+
+
+@probe()
+def causal_no_grad(ns, gen):
+    model = tiny_causal_lm(gen)
+    ids = torch.randint(1, 41, (_size(gen, 8, 16),), generator=gen)
+    return bool(ns.causal_log_probs(model, ids).requires_grad)
+
+
+@probe()
+def causal_rejects_nothing_to_predict(ns, gen):
+    model = tiny_causal_lm(gen)
+    return ns.causal_log_probs(model, torch.randint(1, 41, (1,), generator=gen))
+
+
+@probe()
+def perplexity_values(ns, gen):
+    a = -float(torch.rand(1, generator=gen)) * 40
+    c = -torch.rand((), generator=gen) * 30
+    return [attempt(ns.perplexity, a, _size(gen, 5, 20)),
+            attempt(ns.perplexity, c, _size(gen, 5, 20)),
+            attempt(ns.perplexity, c.double(), 1)]
+
+
+@probe()
+def perplexity_rejects_no_tokens(ns, gen):
+    ll = -float(torch.rand(1, generator=gen)) * 10
+    return [attempt(ns.perplexity, ll, 0), attempt(ns.perplexity, ll, -_size(gen, 1, 5))]
+
+
+# ------------------------------------------------------------------------------ conditionals_compatible
+def _conditionals_of(joint: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """p(a|b), p(b|a) of a joint table (the inputs of a compatible case; no answer is computed here)."""
+    return joint / joint.sum(0, keepdim=True), joint / joint.sum(1, keepdim=True)
+
+
+def _random_joint(gen, na, nb):
+    joint = torch.rand(na, nb, generator=gen, dtype=torch.float64) + 0.05
+    return joint / joint.sum()
+
+
+@probe()
+def compatible_joints(ns, gen):
+    out = []
+    for na, nb in [(2, 2), (_size(gen, 3, 5), _size(gen, 2, 6))]:
+        pa, pb = _conditionals_of(_random_joint(gen, na, nb))
+        out += [attempt(ns.conditionals_compatible, pa, pb), attempt(ns.conditionals_compatible, pa.float(), pb.float())]
+    return out
+
+
+@probe()
+def incompatible_tables(ns, gen):
+    out = []
+    for na, nb in [(2, 2), (_size(gen, 3, 5), _size(gen, 2, 6))]:
+        pa, pb = _conditionals_of(_random_joint(gen, na, nb))
+        bad = pa.clone()  # one column of p(a|b) redrawn
+        bad[:, 0] = torch.rand(na, generator=gen, dtype=torch.float64) + 0.05
+        bad[:, 0] /= bad[:, 0].sum()
+        out.append(attempt(ns.conditionals_compatible, bad, pb))
+        pa2, pb2 = torch.rand(2, na, nb, generator=gen, dtype=torch.float64) + 0.05
+        out.append(attempt(ns.conditionals_compatible, pa2 / pa2.sum(0, keepdim=True), pb2 / pb2.sum(1, keepdim=True)))
+    # the sheet's pattern: p(b|a) says b is independent of a, p(a|b) depends on b
+    n = _size(gen, 2, 4)
+    pa = torch.rand(n, n, generator=gen, dtype=torch.float64) + 0.1
+    out.append(attempt(ns.conditionals_compatible, pa / pa.sum(0, keepdim=True), torch.full((n, n), 1.0 / n)))
+    # and the same with p(a|b) independent of b too: compatible
+    col = torch.rand(n, 1, generator=gen, dtype=torch.float64) + 0.1
+    out.append(attempt(ns.conditionals_compatible, (col / col.sum()).expand(n, n).clone(), torch.full((n, n), 1.0 / n)))
+    return out
+
+
+@probe()
+def compatible_zeros(ns, gen):
+    joint = torch.zeros(4, 5, dtype=torch.float64)
+    joint[:2, :3] = torch.rand(2, 3, generator=gen, dtype=torch.float64) + 0.1
+    joint[2:, 3:] = torch.rand(2, 2, generator=gen, dtype=torch.float64) + 0.1
+    joint[0, 1] = 0.0
+    pa, pb = _conditionals_of(joint / joint.sum())
+    other = pb.clone()  # p(b|a) > 0 where p(a|b) = 0
+    other[0, 1], other[0, 0] = pb[0, 0] / 2, pb[0, 0] / 2
+    return [attempt(ns.conditionals_compatible, pa, pb), attempt(ns.conditionals_compatible, pa, other)]
+
+
+@probe()
+def compatible_atol(ns, gen):
+    joint = torch.rand(3, 4, generator=gen, dtype=torch.float64) + 0.2
+    pa, pb = _conditionals_of(joint / joint.sum())
+    noisy = pa * (1 + 2e-3 * (torch.rand(3, 4, generator=gen, dtype=torch.float64) - 0.5))
+    noisy = noisy / noisy.sum(0, keepdim=True)
+    return [attempt(ns.conditionals_compatible, noisy, pb, atol=0.05),
+            attempt(ns.conditionals_compatible, noisy, pb, atol=1e-6)]
+
+
+@probe()
+def compatible_rejects(ns, gen):
+    pa, pb = _conditionals_of(_random_joint(gen, 2, 3))
+    neg_a = torch.tensor([[1.2, 0.5, 0.5], [-0.2, 0.5, 0.5]], dtype=torch.float64)
+    neg_b = torch.tensor([[1.2, -0.2, 0.0], [0.5, 0.25, 0.25]], dtype=torch.float64)
+    return [attempt(ns.conditionals_compatible, pa, pb.T.contiguous()),          # different shapes
+            attempt(ns.conditionals_compatible, neg_a, pb),                       # negative entry
+            attempt(ns.conditionals_compatible, pa, neg_b),
+            attempt(ns.conditionals_compatible, pa * 0.7, pb),                    # columns of p(a|b) != 1
+            attempt(ns.conditionals_compatible, pa, pb * 1.3)]                    # rows of p(b|a) != 1
+
+
+# ------------------------------------------------------------------------------ bert_mask
+SPECIALS = [0, 1]
+
+
+def _batch(gen, rows: int = 256, cols: int = 256, low: int = 2, high: int = 10):
+    ids = torch.randint(low, high, (rows, cols), generator=gen)
+    ids[:, 0], ids[:, -1] = 0, 1  # like [CLS] ... [SEP]
+    run = max(2, cols // 8)
+    start = _size(gen, 1, cols - run - 1)
+    ids[::7, start:start + run] = 0  # runs of padding-like special tokens
+    return ids
+
+
+def _compact(x):
+    """int64 results travel as int16 (the values fit: ids < 16, labels -100): a smaller evidence record.
+    Anything else travels as it is, so the judge still sees a wrong type or dtype."""
+    return x.to(torch.int16) if isinstance(x, torch.Tensor) and x.dtype == torch.int64 else x
+
+
+def _large_batch_evidence(ns, gen, q: float):
+    ids = _batch(gen, 192, 192)  # tokens 2..9 only: random replacements must also reach 10..14 (and 0, 1, 15)
+    result = ns.bert_mask(ids.clone(), SPECIALS, 15, 16, q=q, generator=torch.Generator().manual_seed(_seed(gen)))
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        return result
+    return {"ids": ids.to(torch.int8), "masked": _compact(result[0]), "labels": _compact(result[1])}
+
+
+@probe()
+def bert_mask_selection(ns, gen):
+    return _large_batch_evidence(ns, gen, 0.15)
+
+
+@probe()
+def bert_mask_replacements(ns, gen):
+    return _large_batch_evidence(ns, gen, 0.5)
+
+
+@probe()
+def bert_mask_q_edges(ns, gen):
+    ids = _batch(gen, 16, 40)
+    seed = _seed(gen)
+    m0, l0 = ns.bert_mask(ids.clone(), SPECIALS, 15, 16, q=0.0, generator=torch.Generator().manual_seed(seed))
+    m1, l1 = ns.bert_mask(ids.clone(), SPECIALS, 15, 16, q=1.0, generator=torch.Generator().manual_seed(seed))
+    return {"ids": ids, "q0": [m0, l0], "q1": [m1, l1]}
+
+
+@probe()
+def bert_mask_one_sequence(ns, gen):
+    ids = _batch(gen, 1, 50)[0]
+    masked, labels = ns.bert_mask(ids.clone(), SPECIALS, 15, 16, q=0.5,
+                                  generator=torch.Generator().manual_seed(_seed(gen)))
+    return {"ids": ids, "masked": masked, "labels": labels}
+
+
+@probe()
+def bert_mask_generator(ns, gen):
+    ids = _batch(gen, 8, 40)
+    seed, out = _seed(gen), []
+    for global_seed in (1, 2):  # the global random state must not matter
+        torch.manual_seed(global_seed)
+        out.append(list(ns.bert_mask(ids.clone(), SPECIALS, 15, 16, q=0.5,
+                                     generator=torch.Generator().manual_seed(seed))))
+    return out
+
+
+@probe()
+def bert_mask_input_unchanged(ns, gen):
+    ids = _batch(gen, 8, 40)
+    before = ids.clone()
+    ns.bert_mask(ids, SPECIALS, 15, 16, q=0.5, generator=torch.Generator().manual_seed(_seed(gen)))
+    return [before, ids]
+
+
+@probe()
+def bert_mask_rejects_q(ns, gen):
+    ids = _batch(gen, 4, 40)
+    return [attempt(ns.bert_mask, ids, SPECIALS, 15, 16, q=1.0 + float(torch.rand(1, generator=gen)) + 0.01),
+            attempt(ns.bert_mask, ids, SPECIALS, 15, 16, q=-0.1)]
