@@ -128,8 +128,8 @@ MUTANTS = [
     if np.any(N <= 0) or np.any(D < 0):
         raise ValueError("n_params must be positive and n_tokens non-negative")
     C = 6 * N * D"""),
-    Mutant(cell="bookkeeping", name="returns a 0-d array for scalar inputs",
-           find=_TC_RET, replace="return C"),
+    Mutant(cell="bookkeeping", name="N x D multiplied in int64, converted to float after (overflows)",
+           find=_TC_C, replace="C = 6.0 * (np.asarray(n_params) * np.asarray(n_tokens)).astype(np.float64)"),
     Mutant(cell="bookkeeping", name="returns float32 arrays",
            find=_TC_RET, replace="return float(C) if C.ndim == 0 else C.astype(np.float32)"),
     # ------------------------------------------------------------------ fit_power_law

@@ -1,0 +1,243 @@
+"""Probes for Task B (Pythia scaling). Inputs only: the judge (grader/checks/taskB_pythia_scaling.py)
+compares with the solution's values from the same probes.
+
+Every input comes from the seeded generator ``gen``: model shapes, weights, context lengths, the slices
+of text scored, steps, sizes and synthetic scaling-law data. The models are tiny GPT-NeoX networks
+built here, on the CPU, with no download.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from grader.probe import attempt, probes
+
+PROBES: dict = {}
+probe = probes(PROBES)
+
+
+# ------------------------------------------------------------------------------ random draws from gen
+def _int(gen, lo: int, hi: int) -> int:
+    """An int in [lo, hi)."""
+    return int(torch.randint(lo, hi, (1,), generator=gen))
+
+
+def _choice(gen, seq):
+    return seq[_int(gen, 0, len(seq))]
+
+
+def _uniform(gen, lo: float, hi: float) -> float:
+    return lo + (hi - lo) * float(torch.rand(1, dtype=torch.float64, generator=gen))
+
+
+def _normal(gen, n: int) -> np.ndarray:
+    return torch.randn(n, dtype=torch.float64, generator=gen).numpy()
+
+
+# ------------------------------------------------------------------------------ tiny GPT-NeoX models
+def _neox_config(gen, *, vocab: int = 50304, tie: bool = False, context: int = 2048, heads=(1, 2, 4),
+                 head_dims=(4, 8, 12), rotary_pct: float = 0.25):
+    from transformers import GPTNeoXConfig
+
+    heads = _choice(gen, list(heads))
+    d = heads * _choice(gen, list(head_dims))
+    return GPTNeoXConfig(vocab_size=vocab, hidden_size=d, num_hidden_layers=_int(gen, 1, 4),
+                         num_attention_heads=heads, intermediate_size=d * _choice(gen, [2, 3, 4]), rotary_pct=rotary_pct,
+                         max_position_embeddings=context, tie_word_embeddings=tie, bos_token_id=0, eos_token_id=0)
+
+
+def _model(config, gen=None, scale: float = 1.0):
+    """A GPT-NeoX for ``config``; with ``gen``, every weight matrix is redrawn from ``gen`` with
+    standard deviation ``scale`` (50x GPT-NeoX's init): sharp attention, so every token of context
+    changes the predictions far beyond the judge's tolerance. LayerNorms stay 1 and biases 0."""
+    from transformers import GPTNeoXForCausalLM
+
+    model = GPTNeoXForCausalLM(config).eval()
+    if gen is not None:
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() >= 2:
+                    p.copy_(torch.randn(p.shape, generator=gen) * scale)
+    return model
+
+
+def _load_tokenizer():
+    from utils.lm import load_tokenizer
+
+    return load_tokenizer()
+
+
+try:  # loaded once, in the harness's parent: every forked case inherits it (0.3 s each otherwise)
+    _TOKENIZER = _load_tokenizer()
+except Exception:  # noqa: BLE001 - then each probe loads it, and says why if it cannot
+    _TOKENIZER = None
+
+
+def _tokenizer():
+    return _TOKENIZER if _TOKENIZER is not None else _load_tokenizer()
+
+
+_TEXT = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n"
+         "First Citizen:\nYou are all resolved rather to die than to famish?\n\nAll:\nResolved. resolved.\n\n"
+         "First Citizen:\nFirst, you know Caius Marcius is chief enemy to the people.\n")
+
+
+def _documents(gen) -> list[str]:
+    """Three documents: a head of the text, a short one (a single window), a tail that ends in a
+    newline; in an order drawn from ``gen``."""
+    words = _TEXT.split(" ")
+    docs = [" ".join(words[: _int(gen, 30, 46)]), _choice(gen, ["Speak, speak.", "All:\nResolved."]),
+            " ".join(words[_int(gen, 5, 11):])]
+    order = torch.randperm(3, generator=gen).tolist()
+    return [docs[i] for i in order]
+
+
+def _eval_setup(gen):
+    context = _int(gen, 12, 25)
+    # heads of 8 or 12 dimensions, all rotary: position and every context token matter (measured: a window one
+    # token too long or too short moves the total by 3e-4 or more, relative, where the tolerance is 2e-5)
+    config = _neox_config(gen, context=context, tie=bool(_int(gen, 0, 2)), heads=(2, 4), head_dims=(8, 12),
+                          rotary_pct=1.0)
+    model = _model(config, gen)
+    return model, _tokenizer(), _documents(gen)
+
+
+# ------------------------------------------------------------------------------ count_parameters
+@probe()
+def count_config(ns, gen):
+    out = []
+    for trial in range(4):
+        config = _neox_config(gen, vocab=_choice(gen, [50304, 1000, 4096]), tie=bool(trial % 2))
+        out.append(attempt(ns.count_parameters, config))
+    return out
+
+
+@probe()
+def count_model(ns, gen):
+    out = []
+    for tie in (False, True):
+        model = _model(_neox_config(gen, vocab=_choice(gen, [1000, 4096, 50304]), tie=tie))
+        out.append(attempt(ns.count_parameters, model))
+    return out
+
+
+@probe()
+def count_pythia_config(ns, gen):
+    from utils.scaling import pythia_config
+
+    return ns.count_parameters(pythia_config(_choice(gen, ["160m", "410m", "1b"])))
+
+
+@probe()
+def count_rejects_non_model(ns, gen):
+    width = _int(gen, 2, 9)
+    return [attempt(ns.count_parameters, {"hidden_size": width}), attempt(ns.count_parameters, torch.nn.Linear(width, 3))]
+
+
+# ------------------------------------------------------------------------------ evaluate_loss
+@probe()
+def eval_windows(ns, gen):
+    model, tokenizer, documents = _eval_setup(gen)
+    return ns.evaluate_loss(model, tokenizer, documents, batch_size=_choice(gen, [2, 3]), progress=False)
+
+
+@probe()
+def eval_metrics(ns, gen):
+    model, tokenizer, documents = _eval_setup(gen)
+    return ns.evaluate_loss(model, tokenizer, documents, batch_size=_choice(gen, [2, 4]), progress=False)
+
+
+@probe()
+def eval_original_documents(ns, gen):
+    model, tokenizer, documents = _eval_setup(gen)
+    extra = _choice(gen, [" extra wörds — naïve here", " and  façade, über\tnaïve"])
+    originals = [d + extra for d in documents]
+    return ns.evaluate_loss(model, tokenizer, documents, original_documents=originals, batch_size=1, progress=False)
+
+
+@probe()
+def eval_max_length(ns, gen):
+    model, tokenizer, documents = _eval_setup(gen)
+    longest = max(documents, key=len)
+    return ns.evaluate_loss(model, tokenizer, longest, max_length=_int(gen, 4, 9), progress=False)
+
+
+@probe()
+def eval_rejects_empty(ns, gen):
+    model, tokenizer, _ = _eval_setup(gen)
+    return ns.evaluate_loss(model, tokenizer, [""], progress=False)
+
+
+@probe()
+def eval_rejects_no_config(ns, gen):
+    width = _int(gen, 2, 9)
+    return ns.evaluate_loss(torch.nn.Linear(width, width), _tokenizer(), ["Speak, speak."], progress=False)
+
+
+# ------------------------------------------------------------------------------ tokens_seen, training_compute
+@probe()
+def tokens_seen_scalar(ns, gen):
+    return [attempt(ns.tokens_seen, _int(gen, 1, 143_001)),
+            attempt(ns.tokens_seen, _int(gen, 0, 5000), _int(gen, 100, 5000))]
+
+
+@probe()
+def tokens_seen_array(ns, gen):
+    per_step = _int(gen, 100, 5000)
+    steps = np.array([_int(gen, 0, 1000) for _ in range(7)], dtype=np.int64)
+    pythia = np.array([0, _int(gen, 1, 1000) * 1000, 143_000], dtype=np.int64)  # beyond int32 at 2**21 per step
+    return [attempt(ns.tokens_seen, steps, per_step), attempt(ns.tokens_seen, pythia)]
+
+
+@probe()
+def tokens_seen_rejects_negative(ns, gen):
+    return ns.tokens_seen(-_int(gen, 1, 1000))
+
+
+@probe()
+def compute_scalar(ns, gen):
+    """Each value with whether it is a float (a Python float or a NumPy float64 scalar)."""
+    out = []
+    for _ in range(2):
+        value = attempt(ns.training_compute, _uniform(gen, 1e6, 1e10), _uniform(gen, 1e9, 3e11))
+        out.append([value, isinstance(value, float)])
+    return out
+
+
+@probe()
+def compute_array(ns, gen):
+    big_n = np.array([11_327_027_200, _int(gen, 1_000_000, 2_000_000)], dtype=np.int64)  # pythia-12b
+    big_d = np.array([299_892_736_000, _int(gen, 1, 143_001) * 2_097_152], dtype=np.int64)
+    n = np.exp(_uniform(gen, 13, 23) + _normal(gen, 3))[:, None]
+    d = np.exp(_uniform(gen, 20, 26) + _normal(gen, 4))
+    return [attempt(ns.training_compute, big_n, big_d), attempt(ns.training_compute, n, d)]
+
+
+# ------------------------------------------------------------------------------ fit_power_law
+@probe()
+def fit_pure(ns, gen):
+    alpha, log_nc = _uniform(gen, 0.05, 0.5), math.log(10) * _uniform(gen, 8, 14)
+    N = np.logspace(_uniform(gen, 5, 6), _uniform(gen, 9, 10), _int(gen, 6, 12))
+    L = np.exp(alpha * (log_nc - np.log(N)) + 0.01 * _normal(gen, N.size))
+    return ns.fit_power_law(N, L)
+
+
+@probe()
+def fit_irreducible(ns, gen):
+    E, alpha = _uniform(gen, 1.0, 3.0), _uniform(gen, 0.2, 0.6)
+    log_nc = math.log(10) * _uniform(gen, 6, 9)
+    N = np.logspace(5, 10, 12)
+    L = E + np.exp(alpha * (log_nc - np.log(N))) + 1e-3 * _normal(gen, N.size)
+    return ns.fit_power_law(N, L, irreducible=True)
+
+
+@probe()
+def fit_rejects_bad_input(ns, gen):
+    N = np.logspace(5, 10, 6) * _uniform(gen, 0.5, 2.0)
+    L = 3.0 * (N / N[0]) ** -0.1
+    return [attempt(ns.fit_power_law, N[:5], L[:4]), attempt(ns.fit_power_law, -N, L),
+            attempt(ns.fit_power_law, N, -L), attempt(ns.fit_power_law, N[:2], L[:2]),
+            attempt(ns.fit_power_law, N[:3], L[:3], irreducible=True)]
