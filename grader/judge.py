@@ -393,9 +393,10 @@ def judge(stem: str, student: dict[str, dict], reference: dict[str, dict], point
 # --------------------------------------------------------------------------- sweeps (tests, QA)
 def sweep(stem: str, release: dict, solution: dict, variants: dict[str, dict], seeds: list[int],
           cells: dict[str, list[str]] | None = None, workroot: Path | None = None,
-          timeout: float = 1800.0) -> dict[tuple[str, int], Verdict]:
+          timeout: float = 1800.0, jobs: int | None = None) -> dict[tuple[str, int], Verdict]:
     """Judge notebooks we wrote ourselves (mutants, honest variants, the release) against the
-    solution over several seeds, in one unsandboxed harness run: {(variant, seed): Verdict}.
+    solution over several seeds, in unsandboxed harness runs (``jobs`` of them side by side, default
+    one per core, each with a share of the seeds): {(variant, seed): Verdict}.
     ``cells`` limits a variant to the cases of some test cells (a mutant's own cell, say)."""
     cases_by_cell: dict[str, list[str]] = {}
     for case in load_cases(stem):
@@ -403,13 +404,28 @@ def sweep(stem: str, release: dict, solution: dict, variants: dict[str, dict], s
     plan_cases = {}
     for name, wanted in (cells or {}).items():
         plan_cases[name] = [p for cell in wanted for p in cases_by_cell.get(cell, [])]
-    plan = {"stem": stem, "seeds": list(seeds), "isolate": "variant", "cases": plan_cases,
-            "variants": {"__reference__": notebook_cells(release, solution),
-                         **{name: notebook_cells(release, nb) for name, nb in variants.items()}}}
-    workdir = Path(tempfile.mkdtemp(prefix=f"sweep-{stem}-", dir=workroot))
-    records, tail = run_harness(plan, workdir=workdir, timeout=timeout)
-    if void_problem(records):
-        raise RuntimeError(f"{stem}: the sweep's probe run failed: {void_problem(records)}\n{tail[-3000:]}")
+    all_cells = {"__reference__": notebook_cells(release, solution),
+                 **{name: notebook_cells(release, nb) for name, nb in variants.items()}}
+    jobs = max(1, min(jobs or (os.cpu_count() or 1), len(seeds)))
+    chunks = [list(seeds)[i::jobs] for i in range(jobs)]
+    results: list = [None] * jobs
+
+    def one(i: int) -> None:
+        plan = {"stem": stem, "seeds": chunks[i], "isolate": "variant", "cases": plan_cases, "variants": all_cells}
+        workdir = Path(tempfile.mkdtemp(prefix=f"sweep-{stem}-{i}-", dir=workroot))
+        results[i] = run_harness(plan, workdir=workdir, timeout=timeout)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(jobs)]  # one harness per core
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    records, tail = [], ""
+    for recs, t in results:
+        if void_problem(recs):
+            raise RuntimeError(f"{stem}: the sweep's probe run failed: {void_problem(recs)}\n{t[-3000:]}")
+        records += recs
+        tail = t
     points = points_per_test_cell(release)
     out = {}
     for seed in seeds:
