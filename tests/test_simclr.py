@@ -1,7 +1,7 @@
-"""Task A (SimCLR): the grader's reference checks accept the notebook's solution and reject the
-typical wrong answers (above all, augmentation parameters shared by the whole batch); the plumbing
-in utils/vision.py does what it says (CIFAR stem, alignment/uniformity, resume); the benchmark's
-functions run.
+"""Task A (SimCLR): the model solution's functions load outside the notebook (for the benchmark);
+the plumbing in utils/vision.py does what it says (CIFAR stem, alignment/uniformity, resume); the
+benchmark's functions run. The judge's cases, mutants and honest variants are tested generically in
+tests/test_judge.py.
 
 Fast (tiny models, no notebook execution, no CIFAR-10); the nbgrader round trip of the notebook is
 in test_notebooks.py.
@@ -27,183 +27,12 @@ def ns():
     return checks.solution_namespace()
 
 
-def _fails(check, *args, match: str | None = None):
-    with pytest.raises(AssertionError, match=match):
-        check(*args)
-
-
-# --------------------------------------------------------------------- the solution passes
-@pytest.mark.parametrize("check,name", [
-    (checks.check_random_resized_crop_flip, "random_resized_crop_flip"),
-    (checks.check_colour_distort, "colour_distort"),
-    (checks.check_augment_batch, "augment_batch"),
-    (checks.check_nt_xent_loss, "nt_xent_loss"),
-    (checks.check_projection_head, "ProjectionHead"),
-    (checks.check_simclr_train_step, "simclr_train_step"),
-    (checks.check_linear_probe_accuracy, "linear_probe_accuracy"),
-    (checks.check_knn_accuracy, "knn_accuracy"),
-])
-def test_solution_passes_its_check(ns, check, name):
-    check(ns[name])
-
-
-# ------------------------------------------------------------- wrong answers are rejected
-def _shared_params_crop(images, size=32, *, scale=(0.2, 1.0), ratio=(3 / 4, 4 / 3), flip_p=0.5, generator=None):
-    """One crop for the whole batch: what transforms.v2 does on a batch tensor."""
-    from torchvision.transforms import v2
-
-    if images.dim() != 4 or images.shape[1] != 3 or not images.is_floating_point():
-        raise ValueError("bad input")
-    out = v2.RandomResizedCrop(size, scale=scale, ratio=ratio, antialias=False)(images)
-    return out.flip(-1) if torch.rand(1, generator=generator).item() < flip_p else out
-
-
-def test_crop_check_rejects_one_crop_for_the_whole_batch():
-    _fails(checks.check_random_resized_crop_flip, _shared_params_crop)
-
-
-def test_colour_check_rejects_one_factor_for_the_whole_batch(ns):
-    def shared(images, *, jitter=(0.4, 0.4, 0.4, 0.1), jitter_p=0.8, gray_p=0.2, generator=None):
-        # Every image gets the draws of the same seed: one set of factors for the whole batch.
-        seed = int(torch.randint(0, 2**31, (1,), generator=generator))
-        return torch.cat([ns["colour_distort"](img[None], jitter=jitter, jitter_p=jitter_p, gray_p=gray_p,
-                                               generator=torch.Generator().manual_seed(seed)) for img in images])
-
-    _fails(checks.check_colour_distort, shared)
-
-
-def test_augment_check_rejects_transforms_v2_on_a_batch():
-    from torchvision.transforms import v2
-
-    pipeline = v2.Compose([v2.RandomResizedCrop(32, scale=(0.2, 1.0)), v2.RandomHorizontalFlip(),
-                           v2.RandomApply([v2.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8), v2.RandomGrayscale(0.2)])
-
-    def v2_batch(images, generator=None, *, size=32, **kwargs):
-        return v2.functional.to_dtype(pipeline(images), torch.float32, scale=True)
-
-    _fails(checks.check_augment_batch, v2_batch, match="identical")
-
-
-def test_crop_check_rejects_crops_uniform_in_side_length(ns):
-    def side_uniform(images, size=32, *, scale=(0.2, 1.0), ratio=(3 / 4, 4 / 3), flip_p=0.5, generator=None):
-        # sqrt of the scale range drawn uniformly: areas then follow the wrong distribution.
-        lo, hi = math.sqrt(scale[0]), math.sqrt(scale[1])
-        return ns["random_resized_crop_flip"](images, size, scale=(lo, hi), ratio=ratio, flip_p=flip_p, generator=generator)
-
-    _fails(checks.check_random_resized_crop_flip, side_uniform)
-
-
-def _nt_xent_unmasked(z1, z2, temperature=0.5):
-    if z1.dim() != 2 or z1.shape != z2.shape or not temperature > 0:
-        raise ValueError("bad input")
-    z = F.normalize(torch.cat([z1, z2]), dim=1)
-    n = len(z1)
-    return F.cross_entropy(z @ z.T / temperature, torch.cat([torch.arange(n, 2 * n), torch.arange(n)]))
-
-
-def _nt_xent_wrong_partner(z1, z2, temperature=0.5):
-    if z1.dim() != 2 or z1.shape != z2.shape or not temperature > 0:
-        raise ValueError("bad input")
-    z = F.normalize(torch.cat([z1, z2]), dim=1)
-    n = len(z1)
-    logits = (z @ z.T / temperature).masked_fill(torch.eye(2 * n, dtype=torch.bool), float("-inf"))
-    partner = (torch.arange(2 * n) + 1) % (2 * n)  # the neighbouring row, not row i + N
-    partner = torch.where(partner == torch.arange(2 * n), (partner + 1) % (2 * n), partner)
-    return F.cross_entropy(logits, partner)
-
-
-def _nt_xent_only_first_half(z1, z2, temperature=0.5):
-    if z1.dim() != 2 or z1.shape != z2.shape or not temperature > 0:
-        raise ValueError("bad input")
-    logits = F.normalize(z1, dim=1) @ F.normalize(z2, dim=1).T / temperature  # N negatives-1, one direction
-    return F.cross_entropy(logits, torch.arange(len(z1)))
-
-
-@pytest.mark.parametrize("wrong", [_nt_xent_unmasked, _nt_xent_wrong_partner, _nt_xent_only_first_half])
-def test_nt_xent_check_rejects_wrong_losses(wrong):
-    _fails(checks.check_nt_xent_loss, wrong)
-
-
-def test_nt_xent_check_rejects_a_loss_without_input_validation(ns):
-    def unchecked(z1, z2, temperature=0.5):
-        return ns["nt_xent_loss"](z1, z2, temperature) if z1.shape == z2.shape and temperature > 0 else torch.tensor(0.0)
-
-    _fails(checks.check_nt_xent_loss, unchecked)
-
-
-def test_head_check_rejects_a_head_without_batchnorm():
-    class NoBN(nn.Module):
-        def __init__(self, in_dim, hidden_dim=1024, out_dim=128):
-            super().__init__()
-            self.net = nn.Sequential(nn.Linear(in_dim, hidden_dim), nn.ReLU(), nn.Linear(hidden_dim, out_dim))
-
-        def forward(self, h):
-            return self.net(h)
-
-    _fails(checks.check_projection_head, NoBN)
-
-
-def test_step_check_rejects_two_separate_forward_passes(ns):
-    nt_xent = ns["nt_xent_loss"]
-
-    def two_passes(encoder, head, optimizer, images, *, temperature=0.5, augment=None, generator=None, autocast_dtype=None):
-        z1 = head(encoder(augment(images, generator)))
-        z2 = head(encoder(augment(images, generator)))  # BatchNorm sees each view on its own
-        loss = nt_xent(z1, z2, temperature)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-
-    _fails(checks.check_simclr_train_step, two_passes, match="ONE batch")
-
-
-def test_step_check_rejects_a_forgotten_zero_grad(ns):
-    nt_xent = ns["nt_xent_loss"]
-
-    def no_zero_grad(encoder, head, optimizer, images, *, temperature=0.5, augment=None, generator=None, autocast_dtype=None):
-        z = head(encoder(torch.cat([augment(images, generator), augment(images, generator)])))
-        loss = nt_xent(*z.chunk(2), temperature)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-
-    _fails(checks.check_simclr_train_step, no_zero_grad, match="step 2")
-
-
-def test_probe_check_rejects_training_on_the_test_set(ns):
-    probe = ns["linear_probe_accuracy"]
-
-    def cheat(train_feats, train_labels, test_feats, test_labels, **kwargs):
-        return probe(test_feats, test_labels, test_feats, test_labels, **kwargs)
-
-    _fails(checks.check_linear_probe_accuracy, cheat)
-
-
-def test_probe_check_rejects_a_probe_without_standardisation():
-    def raw(train_feats, train_labels, test_feats, test_labels, *, epochs=100, batch_size=512, seed=0, **kw):
-        if len(train_feats) != len(train_labels) or train_feats.shape[1] != test_feats.shape[1]:
-            raise ValueError("bad input")
-        probe = nn.Linear(train_feats.shape[1], 4)
-        nn.init.zeros_(probe.weight), nn.init.zeros_(probe.bias)
-        opt = torch.optim.SGD(probe.parameters(), lr=1e-2)
-        for _ in range(epochs):
-            loss = F.cross_entropy(probe(train_feats), train_labels)
-            opt.zero_grad(), loss.backward(), opt.step()
-        return float((probe(test_feats).argmax(1) == test_labels).float().mean())
-
-    _fails(checks.check_linear_probe_accuracy, raw)
-
-
-def test_knn_check_rejects_euclidean_distance():
-    def euclidean(train_feats, train_labels, test_feats, test_labels, *, k=20, batch_size=1024):
-        if not 1 <= k <= len(train_feats):
-            raise ValueError("bad k")
-        idx = torch.cdist(test_feats, train_feats).topk(k, largest=False).indices
-        votes = F.one_hot(train_labels[idx], int(train_labels.max()) + 1).sum(1)
-        return float((votes.argmax(1) == test_labels).float().mean())
-
-    _fails(checks.check_knn_accuracy, euclidean)
+def test_solution_namespace_has_every_function(ns):
+    for name in ("random_resized_crop_flip", "colour_distort", "augment_batch", "nt_xent_loss", "ProjectionHead",
+                 "simclr_train_step", "linear_probe_accuracy", "knn_accuracy"):
+        assert callable(ns[name]), name
+    views = ns["augment_batch"](torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8))
+    assert views.shape == (4, 3, 32, 32) and views.dtype == torch.float32
 
 
 # ------------------------------------------------------------------------------ utils.vision

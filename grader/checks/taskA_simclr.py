@@ -1,8 +1,11 @@
-"""Hidden-test reference checks for Task A (SimCLR on CIFAR-10). Imported inside hidden test cells only.
+"""The judge's cases for Task A (SimCLR on CIFAR-10), compared outside the sandbox.
 
-Every check draws fresh random inputs, tests type, shape and dtype, and compares values against
-formulas written independently of the model solution (explicit float64 loops for NT-Xent,
-scikit-learn for the probe and kNN, geometric read-outs of ramp images for the crop).
+Each case names a probe of grader/probes/taskA_simclr.py and says, in the words of the task text,
+what it checks. Deterministic functions (NT-Xent, the head, the training step, kNN) are compared
+with the solution's value from the same probe; the random augmentations are judged by properties
+of what they returned (shapes, ranges, per-image factors read back from the outputs, rates,
+independence, reproducibility with a generator), and the linear probe by its accuracy against the
+solution's. Every requirement is written in the notebook above the answer cell or in its docstring.
 
 :func:`solution_namespace` loads the model solution's functions from the source notebook, for the
 pack's own tests and benchmarks (TA side only).
@@ -10,7 +13,6 @@ pack's own tests and benchmarks (TA side only).
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from pathlib import Path
@@ -19,7 +21,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._common import as_float_list, assert_close, assert_raises, assert_tensor
+from grader.evidence import Raised
+from grader.judge import Case
+
+from ._common import _describe, raises, same
 
 _SOLUTION = Path(__file__).resolve().parents[2] / "solutions" / "ex01" / "taskA_simclr.ipynb"
 _FUNCTION_CELLS = ("random_resized_crop_flip", "colour_distort", "augment_batch", "nt_xent_loss",
@@ -47,45 +52,78 @@ def solution_namespace(notebook: Path = _SOLUTION) -> dict:
     return ns
 
 
+# =============================================================================== helpers
+def _tensor(x, where: str = "result", shape=None, dtype=None) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise AssertionError(f"{where}: expected a torch.Tensor, but it {_describe(x)}")
+    if shape is not None and tuple(x.shape) != tuple(shape):
+        raise AssertionError(f"{where}: shape {tuple(x.shape)}, expected {tuple(shape)}")
+    if dtype is not None and x.dtype != dtype:
+        raise AssertionError(f"{where}: dtype {x.dtype}, expected {dtype}")
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        raise AssertionError(f"{where}: holds values that are not finite")
+    return x
+
+
+def _like(got, ref, where: str = "result") -> torch.Tensor:
+    """A tensor of the reference's shape and dtype."""
+    return _tensor(got, where, tuple(ref.shape), ref.dtype)
+
+
+def _items(got, ref) -> list:
+    if isinstance(got, Raised):
+        raise AssertionError(f"it raised {got}")
+    if not isinstance(got, (list, tuple, dict)):
+        raise AssertionError(f"it {_describe(got)}")
+    if isinstance(ref, dict):
+        if not isinstance(got, dict) or set(got) != set(ref):
+            raise AssertionError("wrong result")
+        return [got[k] for k in ref]
+    if len(got) != len(ref):
+        raise AssertionError("wrong number of results")
+    return list(got)
+
+
 def _binomial_ok(count: int, n: int, p: float, sigmas: float = 5.0) -> bool:
-    sd = math.sqrt(n * p * (1 - p))
-    return abs(count - n * p) <= sigmas * sd + 1
+    return abs(count - n * p) <= sigmas * math.sqrt(n * p * (1 - p)) + 1
+
+
+def _in_unit_range(x: torch.Tensor, where: str) -> None:
+    lo, hi = float(x.min()), float(x.max())
+    if lo < -1e-6 or hi > 1 + 1e-6:
+        raise AssertionError(f"{where}: values range over [{lo:.3f}, {hi:.3f}], expected within [0, 1]")
 
 
 def _pairwise_distinct(out: torch.Tensor, what: str) -> None:
     flat = out.detach().double().reshape(len(out), -1)
-    # Exact differences: the matmul shortcut of cdist leaves about 1e-5 between identical rows.
     dist = torch.cdist(flat, flat, compute_mode="donot_use_mm_for_euclid_dist")
     dist.fill_diagonal_(float("inf"))
     if float(dist.min()) < 1e-6:
-        i, j = divmod(int(dist.argmin()), len(out))
-        raise AssertionError(
-            f"{what}: images {i} and {j} of a batch of identical images came out identical. Every image "
-            "must get its own random parameters (transforms.v2 on a batch draws ONE set for all images)."
-        )
+        raise AssertionError(f"{what}: two copies of the same image came out identical; every image must get "
+                             "its own random parameters (transforms.v2 on a batch draws ONE set for all images)")
 
 
-# ------------------------------------------------------------------------------------- the crop
-def _ramp_images(n: int, h: int, w: int) -> torch.Tensor:
-    """Channel 0 ramps left to right, channel 1 top to bottom, channel 2 is constant 0.5."""
-    x = torch.zeros(n, 3, h, w)
-    x[:, 0] = (torch.arange(w, dtype=torch.float32) / (w - 1)).view(1, 1, w)
-    x[:, 1] = (torch.arange(h, dtype=torch.float32) / (h - 1)).view(1, h, 1)
-    x[:, 2] = 0.5
-    return x
+def _reproducible(got, ref) -> None:
+    a, b, c = _items(got, ref)
+    a, b, c = (_like(t, r, f"call {i + 1}") for i, (t, r) in enumerate(zip((a, b, c), ref)))
+    if not torch.equal(a, b):
+        raise AssertionError("two calls with equally seeded generators gave different results: draw every random "
+                             "number with `generator`")
+    if torch.equal(a, c):
+        raise AssertionError("differently seeded generators gave the same result: draw every random number with "
+                             "`generator`")
 
 
-def _read_crop_geometry(out: torch.Tensor, h: int, w: int) -> dict:
-    """From crops of ramp images: crop width/height and left/top edge as fractions of the image.
-
-    A bilinear crop of a linear ramp is linear: value a + b j at output column j, where the slope b
-    gives the crop width and a its left edge. Only interior pixels are fitted (the edges may touch
-    the padding)."""
-    size = out.shape[-1]
+# =============================================================================== the crop
+def _read_crop_geometry(prof: dict, h: int, w: int) -> dict:
+    """From the profiles of crops of ramp images (channel 0 along x, 1 along y): width/height fraction,
+    left/top edge. A bilinear crop of a linear ramp is linear in the output pixel index; only interior
+    pixels count."""
+    size = prof["x"].shape[-1]
     j = torch.arange(size, dtype=torch.float64)
     inner = slice(2, size - 2)
-    rows = out[:, 0].double()[:, inner, inner].mean(dim=1)      # [N, size-4] values along x
-    cols = out[:, 1].double()[:, inner, inner].mean(dim=2)      # [N, size-4] values along y
+    rows = prof["x"].double()[:, inner]
+    cols = prof["y"].double()[:, inner]
     jj = j[inner]
     geo = {}
     for key, vals, extent in (("x", rows, w), ("y", cols, h)):
@@ -99,94 +137,84 @@ def _read_crop_geometry(out: torch.Tensor, h: int, w: int) -> dict:
     return geo
 
 
-def check_random_resized_crop_flip(fn) -> None:
-    g = torch.Generator().manual_seed(31)
-    # Types and shapes, square and non-square inputs.
-    for (n, h, w, size) in [(4, 32, 32, 32), (3, 32, 32, 16), (2, 24, 40, 20)]:
-        out = fn(torch.rand(n, 3, h, w, generator=g), size)
-        assert_tensor(out, shape=(n, 3, size, size), dtype=torch.float32, name=f"crop of [{n}, 3, {h}, {w}] to {size}")
-    x64 = torch.rand(2, 3, 16, 16, generator=g, dtype=torch.float64)
-    assert_tensor(fn(x64, 8), shape=(2, 3, 8, 8), dtype=torch.float64, name="crop of float64 images")
-    for bad, what in [(torch.rand(3, 32, 32), "a 3-D tensor"), (torch.rand(2, 1, 32, 32), "1-channel images"),
-                      (torch.randint(0, 255, (2, 3, 32, 32), dtype=torch.uint8), "uint8 images")]:
-        assert_raises(ValueError, fn, bad, 32, what=f"random_resized_crop_flip on {what}")
+def check_crop_shapes(got, ref) -> None:
+    for i, (g, r) in enumerate(zip(_items(got, ref), ref)):
+        _like(g, r, f"call {i + 1}")
 
-    # Whole image, with and without flips.
-    x = torch.rand(400, 3, 8, 8, generator=g)
-    assert_close(fn(x, 8, scale=(1, 1), ratio=(1, 1), flip_p=0.0), x, atol=1e-5, rtol=0,
-                 name="scale=(1, 1), ratio=(1, 1), flip_p=0 (the identity)")
-    assert_close(fn(x, 8, scale=(1, 1), ratio=(1, 1), flip_p=1.0), x.flip(-1), atol=1e-5, rtol=0,
-                 name="flip_p=1 (every image mirrored)")
-    out = fn(x, 8, scale=(1, 1), ratio=(1, 1), flip_p=0.5).double()
-    same = (out - x).abs().amax(dim=(1, 2, 3)) < 1e-5
+
+def check_crop_flip_rate(got, ref) -> None:
+    x, out = ref["x"], _like(_items(got, ref)[1], ref["out"], "crops")
+    same_ = (out - x).abs().amax(dim=(1, 2, 3)) < 1e-5
     mirrored = (out - x.flip(-1)).abs().amax(dim=(1, 2, 3)) < 1e-5
-    if not bool((same | mirrored).all()):
+    if not bool((same_ | mirrored).all()):
         raise AssertionError("with a whole-image crop every output must be the image or its mirror image")
-    flipped = int(mirrored.sum())
-    if not _binomial_ok(flipped, 400, 0.5):
-        raise AssertionError(f"flip_p=0.5 flipped {flipped} of 400 images: flip each image independently with probability flip_p")
+    k = int((mirrored & ~same_).sum())
+    if not _binomial_ok(k, len(x), 0.5):
+        raise AssertionError(f"flip_p=0.5 flipped {k} of {len(x)} images: flip each image independently with "
+                             "probability flip_p")
 
-    # Geometry: area fraction ~ U(scale), aspect ~ log-U(ratio), crop inside the image, independent per image.
-    n, h, w = 400, 32, 32
-    out = fn(_ramp_images(n, h, w), 32, scale=(0.1, 0.5), ratio=(0.5, 2.0), flip_p=0.0,
-             generator=torch.Generator().manual_seed(5))
-    assert_tensor(out, shape=(n, 3, 32, 32), dtype=torch.float32, name="crops of ramp images")
-    geo = _read_crop_geometry(out, h, w)
-    (fw, left, rx), (fh, top, ry) = geo["x"], geo["y"]
-    if max(rx, ry) > 2e-3:
-        raise AssertionError("a crop of a linear ramp is not linear: resample the crop bilinearly (no rotation, no shear)")
+
+def _profiles_like(got, ref, what) -> dict:
+    items = _items(got, ref)
+    return {k: _like(g, ref[k], f"{what} ({k} profile)") for k, g in zip(ref, items)}
+
+
+def _geometry(got, ref, what):
+    geo = _read_crop_geometry(_profiles_like(got, ref, what), 32, 32)
+    if max(geo["x"][2], geo["y"][2]) > 3e-3:
+        raise AssertionError("a crop of a linear ramp is not linear: resample an axis-aligned crop bilinearly")
+    return geo
+
+
+def check_crop_geometry(got, ref) -> None:
+    (fw, left, _), (fh, top, _) = _geometry(got, ref, "crops").values()
     area, aspect = fw * fh, fw / fh
     if float(area.min()) < 0.1 - 0.01 or float(area.max()) > 0.5 + 0.01:
-        raise AssertionError(f"crop areas range over [{float(area.min()):.3f}, {float(area.max()):.3f}] of the image, "
-                             "expected within scale=(0.1, 0.5)")
+        raise AssertionError(f"crop areas range over [{float(area.min()):.3f}, {float(area.max()):.3f}] of the "
+                             "image, expected within scale=(0.1, 0.5)")
     if float(area.min()) > 0.13 or float(area.max()) < 0.47 or abs(float(area.mean()) - 0.3) > 0.03:
-        raise AssertionError(f"crop areas (mean {float(area.mean()):.3f}, range [{float(area.min()):.3f}, "
-                             f"{float(area.max()):.3f}]) are not uniform over scale=(0.1, 0.5)")
+        raise AssertionError(f"crop areas (mean {float(area.mean()):.3f}) are not uniform over scale=(0.1, 0.5)")
     if float(aspect.min()) < 0.5 * 0.97 or float(aspect.max()) > 2.0 * 1.03:
-        raise AssertionError(f"aspect ratios range over [{float(aspect.min()):.3f}, {float(aspect.max()):.3f}], expected within (0.5, 2)")
-    log_aspect = aspect.log()
-    if float(aspect.min()) > 0.6 or float(aspect.max()) < 1.7 or abs(float(log_aspect.mean())) > 0.12:
-        raise AssertionError("aspect ratios are not log-uniform over ratio=(0.5, 2) "
-                             f"(mean log-ratio {float(log_aspect.mean()):.3f}, expected about 0)")
+        raise AssertionError(f"aspect ratios range over [{float(aspect.min()):.3f}, {float(aspect.max()):.3f}], "
+                             "expected within ratio=(0.5, 2)")
     tol = 1.0 / 32
-    if float(left.min()) < -tol or float((left + fw).max()) > 1 + tol or float(top.min()) < -tol or float((top + fh).max()) > 1 + tol:
-        raise AssertionError("some crops reach outside the image: place each crop uniformly where it fits inside")
-    free = 1 - fw
-    t = (left / free.clamp(min=1e-6))[free > 0.3]
-    if float(t.std()) < 0.2 or abs(float(t.mean()) - 0.5) > 0.1:
-        raise AssertionError("crop positions are not spread uniformly over the image (same position for every image?)")
-    if float(area.std()) < 1e-3:
-        raise AssertionError("every image got the same crop: draw the crop parameters per image")
-    # Log-uniform aspect: over ratio=(1/4, 4) half the crops are wider than tall and the mean log-ratio is 0
-    # (a uniform draw makes 80 % of them wide, mean log-ratio about 0.57).
-    n = 1000
-    geo = _read_crop_geometry(fn(_ramp_images(n, 32, 32), 32, scale=(0.05, 0.25), ratio=(0.25, 4.0), flip_p=0.0,
-                                 generator=torch.Generator().manual_seed(6)), 32, 32)
-    log_aspect = (geo["x"][0] / geo["y"][0]).log()
+    if float(left.min()) < -tol or float((left + fw).max()) > 1 + tol or float(top.min()) < -tol \
+            or float((top + fh).max()) > 1 + tol:
+        raise AssertionError("some crops reach outside the image: place each crop where it fits inside")
+    for start, frac in ((left, fw), (top, fh)):
+        free = 1 - frac
+        t = (start / free.clamp(min=1e-6))[free > 0.3]
+        if float(t.std()) < 0.2 or abs(float(t.mean()) - 0.5) > 0.1:
+            raise AssertionError("crop positions are not spread uniformly over the places where the crop fits")
+
+
+def check_crop_log_aspect(got, ref) -> None:
+    (fw, _, _), (fh, _, _) = _geometry(got, ref, "crops").values()
+    log_aspect = (fw / fh).log()
+    n = len(log_aspect)
     wide = int((log_aspect > 0).sum())
     se = math.log(16) / math.sqrt(12 * n)
     if not _binomial_ok(wide, n, 0.5) or abs(float(log_aspect.mean())) > 5 * se:
-        raise AssertionError(f"ratio=(1/4, 4): {wide} of {n} crops are wider than tall and the mean log aspect ratio is "
-                             f"{float(log_aspect.mean()):.3f}; a log-uniform aspect ratio gives half and 0 "
-                             "(sample log(ratio) uniformly, not the ratio itself)")
-
-    # Flipping reverses the ramp.
-    out = fn(_ramp_images(16, 32, 32), 32, scale=(0.3, 0.6), flip_p=1.0)
-    if float(_read_crop_geometry(out, 32, 32)["x"][0].max()) >= 0:
-        raise AssertionError("flip_p=1: the crops of a left-to-right ramp must run right to left")
-
-    # Identical images get different crops; a generator makes the result reproducible.
-    same_img = torch.rand(1, 3, 32, 32, generator=g).expand(24, -1, -1, -1).contiguous()
-    _pairwise_distinct(fn(same_img, 32, flip_p=0.0), "random_resized_crop_flip")
-    a = fn(same_img, 32, generator=torch.Generator().manual_seed(7))
-    b = fn(same_img, 32, generator=torch.Generator().manual_seed(7))
-    c = fn(same_img, 32, generator=torch.Generator().manual_seed(8))
-    assert_close(a, b, atol=0, rtol=0, name="two calls with equally seeded generators")
-    if torch.equal(a, c):
-        raise AssertionError("differently seeded generators gave the same crops: draw all random numbers with `generator`")
+        raise AssertionError(f"ratio=(1/4, 4): {wide} of {n} crops are wider than tall (mean log aspect ratio "
+                             f"{float(log_aspect.mean()):.3f}); a log-uniform aspect ratio gives half and 0")
+    if float(log_aspect.min()) < math.log(0.25) - 0.05 or float(log_aspect.max()) > math.log(4) + 0.05:
+        raise AssertionError("aspect ratios outside ratio=(1/4, 4)")
 
 
-# ---------------------------------------------------------------------------------- the colours
+def check_crop_flip_reverses(got, ref) -> None:
+    if float(_read_crop_geometry(_profiles_like(got, ref, "crops"), 32, 32)["x"][0].max()) >= 0:
+        raise AssertionError("flip_p=1: crops of a left-to-right ramp must run right to left")
+
+
+def check_independent(what):
+    def check(got, ref) -> None:
+        pairs = list(zip(_items(got, ref), ref)) if isinstance(ref, list) else [(got, ref)]
+        for i, (g, r) in enumerate(pairs):
+            _pairwise_distinct(_like(g, r, f"call {i + 1}"), what)
+    return check
+
+
+# =============================================================================== the colours
 _LUMA = (0.299, 0.587, 0.114)
 
 
@@ -195,343 +223,280 @@ def _luma(x: torch.Tensor) -> torch.Tensor:
 
 
 def _per_image_blend(out: torch.Tensor, x: torch.Tensor, anchor: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """Least-squares f per image with out - anchor = f (x - anchor); returns f [N] and the max residual."""
+    """Least-squares f per image with out - anchor = f (x - anchor); (f [N], the max residual)."""
     d_in, d_out = (x - anchor).double(), (out - anchor).double()
     f = (d_in * d_out).sum(dim=(1, 2, 3)) / (d_in * d_in).sum(dim=(1, 2, 3))
-    resid = (d_out - f.view(-1, 1, 1, 1) * d_in).abs().max()
-    return f, float(resid)
+    return f, float((d_out - f.view(-1, 1, 1, 1) * d_in).abs().max())
 
 
-def _check_factor_spread(f: torch.Tensor, strength: float, what: str) -> None:
-    lo, hi = 1 - strength, 1 + strength
-    if float(f.min()) < lo - 1e-3 or float(f.max()) > hi + 1e-3:
-        raise AssertionError(f"{what} factors range over [{float(f.min()):.3f}, {float(f.max()):.3f}], expected within [{lo}, {hi}]")
-    if float(f.min()) > lo + 0.05 or float(f.max()) < hi - 0.05 or abs(float(f.mean()) - 1) > 0.05:
-        raise AssertionError(f"{what} factors (mean {float(f.mean()):.3f}) are not uniform on [{lo}, {hi}] per image")
+def _factor_check(kind: str):
+    def check(got, ref) -> None:
+        x, out = ref["x"].double(), _like(_items(got, ref)[1], ref["out"], "output").double()
+        if kind == "brightness":
+            anchor, rule = torch.zeros_like(x), "out = b x"
+        elif kind == "contrast":
+            anchor, rule = _luma(x).mean(dim=(1, 2)).view(-1, 1, 1, 1).expand_as(x), "out = c x + (1 - c) mean gray"
+        else:
+            anchor, rule = _luma(x).unsqueeze(1).expand_as(x), "out = s x + (1 - s) gray"
+        f, resid = _per_image_blend(out, x, anchor)
+        if resid > 1e-4:
+            raise AssertionError(f"{kind} only: each output must follow {rule} with one factor per image")
+        if float(f.min()) < 0.6 - 1e-3 or float(f.max()) > 1.4 + 1e-3:
+            raise AssertionError(f"{kind} factors range over [{float(f.min()):.3f}, {float(f.max()):.3f}], "
+                                 "expected within [0.6, 1.4]")
+        if float(f.min()) > 0.65 or float(f.max()) < 1.35 or abs(float(f.mean()) - 1) > 0.06:
+            raise AssertionError(f"{kind} factors (mean {float(f.mean()):.3f}) are not uniform on [0.6, 1.4] "
+                                 "image by image")
+    return check
 
 
-def check_colour_distort(fn) -> None:
-    g = torch.Generator().manual_seed(41)
-    x = torch.rand(6, 3, 10, 12, generator=g)
-    assert_tensor(fn(x), shape=(6, 3, 10, 12), dtype=torch.float32, name="colour_distort(images)")
-    out64 = fn(x.double())
-    assert_tensor(out64, shape=(6, 3, 10, 12), dtype=torch.float64, name="colour_distort(float64 images)")
-    vals = as_float_list(fn(torch.rand(64, 3, 8, 8, generator=g), jitter=(0.8, 0.8, 0.8, 0.5)))
-    if min(vals) < 0 or max(vals) > 1:
-        raise AssertionError(f"values must stay in [0, 1], got [{min(vals):.3f}, {max(vals):.3f}]")
-    for bad, what in [(torch.rand(3, 8, 8), "a 3-D tensor"), (torch.rand(2, 1, 8, 8), "1-channel images"),
-                      (torch.randint(0, 255, (2, 3, 8, 8), dtype=torch.uint8), "uint8 images")]:
-        assert_raises(ValueError, fn, bad, what=f"colour_distort on {what}")
+def check_colour_dtype_and_range(got, ref) -> None:
+    items = _items(got, ref)
+    for i, (g, r) in enumerate(zip(items, ref)):
+        _like(g, r, f"call {i + 1}")
+    _in_unit_range(items[2], "strong jitter")
 
-    x = torch.rand(8, 3, 8, 8, generator=g)
-    assert_close(fn(x, jitter_p=0.0, gray_p=0.0), x, atol=1e-5, rtol=0, name="jitter_p=0, gray_p=0 (the identity)")
-    assert_close(fn(x, jitter=(0, 0, 0, 0), jitter_p=1.0, gray_p=0.0), x, atol=1e-5, rtol=0,
-                 name="jitter=(0, 0, 0, 0) (factors 1, hue shift 0: the identity)")
-    gray = fn(x, jitter_p=0.0, gray_p=1.0)
-    assert_close(gray, _luma(x).unsqueeze(1).expand_as(x), atol=1e-5, rtol=0,
-                 name="gray_p=1: 0.299 R + 0.587 G + 0.114 B in every channel")
 
-    n = 400
-    x = 0.3 + 0.4 * torch.rand(n, 3, 6, 6, generator=g)  # stays inside [0, 1] under every factor below
-    # Brightness: out = b x.
-    out = fn(x, jitter=(0.4, 0, 0, 0), jitter_p=1.0, gray_p=0.0)
-    b, resid = _per_image_blend(out, x, torch.zeros_like(x))
-    if resid > 1e-4:
-        raise AssertionError("brightness only: each output must be the image times one factor per image")
-    _check_factor_spread(b, 0.4, "brightness")
-    # Contrast: blend with the mean of the grayscale image.
-    out = fn(x, jitter=(0, 0.4, 0, 0), jitter_p=1.0, gray_p=0.0)
-    mean_gray = _luma(x).mean(dim=(1, 2)).view(-1, 1, 1, 1).expand_as(x)
-    c, resid = _per_image_blend(out, x, mean_gray)
-    if resid > 1e-4:
-        raise AssertionError("contrast only: out = c x + (1 - c) mean(grayscale(x)), one c per image")
-    _check_factor_spread(c, 0.4, "contrast")
-    # Saturation: blend with the grayscale image, pixel by pixel.
-    out = fn(x, jitter=(0, 0, 0.4, 0), jitter_p=1.0, gray_p=0.0)
-    s, resid = _per_image_blend(out, x, _luma(x).unsqueeze(1).expand_as(x))
-    if resid > 1e-4:
-        raise AssertionError("saturation only: out = s x + (1 - s) grayscale(x), one s per image")
-    _check_factor_spread(s, 0.4, "saturation")
-    # Jitter probability.
-    out = fn(x, jitter=(0.4, 0, 0, 0), jitter_p=0.5, gray_p=0.0)
-    changed = int(((out - x).abs().amax(dim=(1, 2, 3)) > 1e-4).sum())
-    if not _binomial_ok(changed, n, 0.5):
-        raise AssertionError(f"jitter_p=0.5 changed {changed} of {n} images: jitter each image with probability jitter_p")
-    # Grayscale probability.
-    out = fn(x, jitter_p=0.0, gray_p=0.3)
-    is_gray = ((out[:, 0] - out[:, 1]).abs().amax(dim=(1, 2)) < 1e-6) & ((out[:, 1] - out[:, 2]).abs().amax(dim=(1, 2)) < 1e-6)
+def check_colour_jitter_rate(got, ref) -> None:
+    x, out = ref["x"], _like(_items(got, ref)[1], ref["out"], "output")
+    k = int(((out - x).abs().amax(dim=(1, 2, 3)) > 1e-4).sum())
+    if not _binomial_ok(k, len(x), 0.5):
+        raise AssertionError(f"jitter_p=0.5 changed {k} of {len(x)} images: jitter each image with probability "
+                             "jitter_p")
+
+
+def check_colour_gray_rate(got, ref) -> None:
+    x, out = ref["x"], _like(_items(got, ref)[1], ref["out"], "output")
+    is_gray = ((out[:, 0] - out[:, 1]).abs().amax(dim=(1, 2)) < 1e-5) & \
+              ((out[:, 1] - out[:, 2]).abs().amax(dim=(1, 2)) < 1e-5)
     untouched = (out - x).abs().amax(dim=(1, 2, 3)) < 1e-5
-    if not bool((is_gray | untouched).all()) or not _binomial_ok(int(is_gray.sum()), n, 0.3):
-        raise AssertionError(f"gray_p=0.3 turned {int(is_gray.sum())} of {n} images gray (and must leave the others alone)")
-
-    # Hue: grays stay gray, colours move, by a different amount for every image.
-    x = 0.2 + 0.6 * torch.rand(64, 3, 6, 6, generator=g)
-    x[:, :, :3] = x[:, :1, :3]  # top half of every image is gray
-    out = fn(x, jitter=(0, 0, 0, 0.3), jitter_p=1.0, gray_p=0.0)
-    assert_close(out[:, :, :3], x[:, :, :3], atol=1e-4, rtol=0, name="hue shift of gray pixels (must stay unchanged)")
-    moved = int(((out - x)[:, :, 3:].abs().amax(dim=(1, 2, 3)) > 1e-3).sum())
-    if moved < 55:
-        raise AssertionError(f"hue shift in [-0.3, 0.3] changed only {moved} of 64 images")
-    same = x[:1].expand(64, -1, -1, -1).contiguous()
-    _pairwise_distinct(fn(same, jitter=(0, 0, 0, 0.3), jitter_p=1.0, gray_p=0.0), "hue shift")
-    _pairwise_distinct(fn(same, jitter_p=1.0, gray_p=0.0), "colour jitter")
-
-    a = fn(same, generator=torch.Generator().manual_seed(3))
-    b2 = fn(same, generator=torch.Generator().manual_seed(3))
-    assert_close(a, b2, atol=0, rtol=0, name="two calls with equally seeded generators")
-    if torch.equal(a, fn(same, generator=torch.Generator().manual_seed(4))):
-        raise AssertionError("differently seeded generators gave the same colours: draw all random numbers with `generator`")
+    k = int(is_gray.sum())
+    if not bool((is_gray | untouched).all()) or not _binomial_ok(k, len(x), 0.3):
+        raise AssertionError(f"gray_p=0.3 turned {k} of {len(x)} images gray (and must leave the others alone)")
 
 
-def check_augment_batch(augment_batch) -> None:
-    g = torch.Generator().manual_seed(51)
-    imgs = torch.randint(0, 256, (1, 3, 32, 32), generator=g, dtype=torch.uint8).expand(48, -1, -1, -1).contiguous()
-    out = augment_batch(imgs, torch.Generator().manual_seed(0))
-    assert_tensor(out, shape=(48, 3, 32, 32), dtype=torch.float32, name="augment_batch(uint8 images)")
-    vals = as_float_list(out)
-    if min(vals) < 0 or max(vals) > 1:
-        raise AssertionError("augmented views must lie in [0, 1]")
-    _pairwise_distinct(out, "augment_batch")
-    assert_tensor(augment_batch(imgs[:4], size=24), shape=(4, 3, 24, 24), dtype=torch.float32, name="augment_batch(size=24)")
-    off = augment_batch(imgs[:4], scale=(1, 1), ratio=(1, 1), flip_p=0.0, jitter_p=0.0, gray_p=0.0)
-    assert_close(off, imgs[:4].float() / 255, atol=1e-5, rtol=0, name="augment_batch with every augmentation off")
+def check_colour_hue(got, ref) -> None:
+    x, out = ref["x"], _like(_items(got, ref)[1], ref["out"], "output")
+    half = x.shape[2] // 2  # the top half of every image is gray
+    if float((out[:, :, :half] - x[:, :, :half]).abs().max()) > 1e-4:
+        raise AssertionError("a hue shift changed gray pixels: rotate the colours around the gray axis")
+    moved = int(((out - x)[:, :, half:].abs().amax(dim=(1, 2, 3)) > 1e-3).sum())
+    if moved < len(x) - 9:
+        raise AssertionError(f"a hue shift in [-0.3, 0.3] changed the colours of only {moved} of {len(x)} images")
 
 
-# ------------------------------------------------------------------------------------- NT-Xent
-def _ref_nt_xent(z1: np.ndarray, z2: np.ndarray, tau: float) -> float:
-    """Explicit float64 loops: mean over the 2N views of -log(exp(s_ip / tau) / sum_{k != i} exp(s_ik / tau))."""
-    z = np.concatenate([z1, z2]).astype(np.float64)
-    n2 = len(z)
-    unit = [row / math.sqrt(float(row @ row)) for row in z]
-    total = 0.0
-    for i in range(n2):
-        partner = (i + n2 // 2) % n2
-        logits = [float(unit[i] @ unit[k]) / tau for k in range(n2) if k != i]
-        m = max(logits)
-        lse = m + math.log(sum(math.exp(v - m) for v in logits))
-        total += lse - float(unit[i] @ unit[partner]) / tau
-    return total / n2
+# =============================================================================== augment_batch
+def check_augment_uint8(got, ref) -> None:
+    items = _items(got, ref)
+    for i, (g, r) in enumerate(zip(items, ref)):
+        _in_unit_range(_like(g, r, f"call {i + 1}"), f"call {i + 1}")
 
 
-def _ref_nt_xent_torch(z1: torch.Tensor, z2: torch.Tensor, tau: float) -> torch.Tensor:
-    """The same formula with torch ops row by row (for gradients)."""
-    z = torch.cat([z1, z2])
-    z = z / z.norm(dim=1, keepdim=True)
-    n2 = len(z)
-    losses = []
-    for i in range(n2):
-        others = torch.cat([z[:i], z[i + 1:]])
-        lse = torch.logsumexp(others @ z[i] / tau, dim=0)
-        losses.append(lse - z[i] @ z[(i + n2 // 2) % n2] / tau)
-    return torch.stack(losses).mean()
+# =============================================================================== the training step
+def _loss_tensor(x, where: str) -> torch.Tensor:
+    t = _tensor(x, where, (), torch.float32)
+    if t.requires_grad:
+        raise AssertionError(f"{where}: the loss still carries its graph; return it detached")
+    return t
 
 
-def check_nt_xent_loss(fn) -> None:
-    g = torch.Generator().manual_seed(61)
-    for n, d, tau in [(1, 4, 0.5), (2, 3, 0.1), (5, 16, 0.5), (17, 8, 1.0), (40, 64, 0.2), (8, 32, 0.01)]:
-        z1 = torch.randn(n, d, generator=g, dtype=torch.float64) * 3
-        z2 = z1 + torch.randn(n, d, generator=g, dtype=torch.float64)  # positives are similar
-        ref = _ref_nt_xent(z1.numpy(), z2.numpy(), tau)
-        got = fn(z1, z2, tau)
-        assert_tensor(got, shape=(), dtype=torch.float64, name=f"nt_xent_loss(float64 [{n}, {d}])")
-        assert_close(got, ref, atol=1e-6, rtol=1e-9, name=f"NT-Xent, N={n}, d={d}, tau={tau} (float64)")
-        got32 = fn(z1.float(), z2.float(), tau)
-        assert_tensor(got32, shape=(), dtype=torch.float32, name=f"nt_xent_loss(float32 [{n}, {d}])")
-        assert_close(got32, ref, atol=1e-4, rtol=1e-5, name=f"NT-Xent, N={n}, d={d}, tau={tau} (float32)")
-    # Gradients agree with the reference's.
-    z1 = torch.randn(6, 5, generator=g, dtype=torch.float64, requires_grad=True)
-    z2 = torch.randn(6, 5, generator=g, dtype=torch.float64, requires_grad=True)
-    fn(z1, z2, 0.3).backward()
-    got_grads = [z1.grad.clone(), z2.grad.clone()]
-    z1.grad = z2.grad = None
-    _ref_nt_xent_torch(z1, z2, 0.3).backward()
-    assert_close(got_grads[0], z1.grad, atol=1e-8, rtol=1e-6, name="gradient with respect to z1")
-    assert_close(got_grads[1], z2.grad, atol=1e-8, rtol=1e-6, name="gradient with respect to z2")
-    # Bad input.
-    assert_raises(ValueError, fn, torch.randn(4, 8), torch.randn(5, 8), 0.5, what="nt_xent_loss with [4, 8] and [5, 8]")
-    assert_raises(ValueError, fn, torch.randn(8), torch.randn(8), 0.5, what="nt_xent_loss with 1-D inputs")
-    assert_raises(ValueError, fn, torch.randn(4, 8), torch.randn(4, 8), 0.0, what="nt_xent_loss with temperature 0")
+def check_step_augment_calls(got, ref) -> None:
+    for i, step in enumerate(_items(got, ref)):
+        if not isinstance(step, dict) or step.get("augment_calls") != 2:
+            calls = step.get("augment_calls") if isinstance(step, dict) else "?"
+            raise AssertionError(f"step {i + 1} called augment {calls} times, expected 2 (one call per view)")
 
 
-# --------------------------------------------------------------------------------------- head
-def check_projection_head(cls) -> None:
-    torch.manual_seed(71)
-    head = cls(20, 40, 8)
-    if not isinstance(head, nn.Module):
-        raise AssertionError("ProjectionHead must be an nn.Module")
-    calls, outputs = [], []
-
-    def record(module, _inputs, output):  # returns None: the output passes through unchanged
-        calls.append(module)
-        outputs.append(output.detach().clone())
-
-    hooks = [m.register_forward_hook(record)
-             for m in head.modules() if isinstance(m, (nn.Linear, nn.BatchNorm1d, nn.ReLU))]
-    h = torch.randn(16, 20, requires_grad=True)
-    out = head(h)
-    for hook in hooks:
-        hook.remove()
-    assert_tensor(out, shape=(16, 8), dtype=torch.float32, name="ProjectionHead(20, 40, 8)(h [16, 20])")
-    kinds = [type(m).__name__ for m in calls]
-    if kinds != ["Linear", "BatchNorm1d", "ReLU", "Linear"]:
-        raise AssertionError(f"the head applies {kinds}, expected Linear -> BatchNorm1d -> ReLU -> Linear")
-    lin1, bn, _, lin2 = calls
-    assert_close(out, outputs[-1], atol=0, rtol=0,
-                 name="the head's output (must be the last Linear's output: no normalisation or activation after it)")
-    if (lin1.in_features, lin1.out_features, bn.num_features, lin2.in_features, lin2.out_features) != (20, 40, 40, 40, 8):
-        raise AssertionError("layer sizes must be in_dim -> hidden_dim -> out_dim (20 -> 40 -> 8 here)")
-    out.pow(2).sum().backward()
-    for name, p in head.named_parameters():
-        if p.grad is None or float(p.grad.abs().sum()) == 0:
-            raise AssertionError(f"parameter {name} gets no gradient")
-    default = cls(512)
-    default.eval()
-    assert_tensor(default(torch.randn(1, 512)), shape=(1, 128), dtype=torch.float32, name="ProjectionHead(512)(one row, eval)")
-    widths = [m.out_features for m in default.modules() if isinstance(m, nn.Linear)]
-    if widths != [1024, 128]:
-        raise AssertionError(f"defaults must be hidden_dim=1024, out_dim=128, got Linear widths {widths}")
+def check_step_values(got, ref) -> None:
+    for i, (g, r) in enumerate(zip(_items(got, ref), ref)):
+        if not isinstance(g, dict):
+            raise AssertionError(f"step {i + 1}: it {_describe(g)}")
+        loss = _loss_tensor(g.get("loss"), f"step {i + 1}")
+        if abs(float(loss) - float(r["loss"])) > 1e-4 + 1e-4 * abs(float(r["loss"])):
+            raise AssertionError(f"step {i + 1}: the loss is off by {abs(float(loss) - float(r['loss'])):.3g} "
+                                 "(NT-Xent on the two halves of one batch of 2N)")
+        same(rtol=1e-4, atol=1e-5)(g.get("params"), r["params"], f"parameters after step {i + 1}")
 
 
-# --------------------------------------------------------------------------------- train step
-class _ScriptedViews:
-    """A deterministic 'augmentation': view k of the images is a fixed function of them."""
-
-    def __init__(self, seed: int):
-        self.calls = 0
-        self.seed = seed
-
-    def view(self, images: torch.Tensor, k: int) -> torch.Tensor:
-        g = torch.Generator().manual_seed(self.seed * 10 + k)
-        return images.float() / 255 + 0.1 * torch.randn(images.shape, generator=g)
-
-    def __call__(self, images, generator=None, **kwargs):
-        k = self.calls % 2
-        self.calls += 1
-        return self.view(images, k)
+def check_step_batchnorm(got, ref) -> None:
+    for i, (g, r) in enumerate(zip(_items(got, ref), ref)):
+        if not isinstance(g, dict):
+            raise AssertionError(f"step {i + 1}: it {_describe(g)}")
+        same(rtol=1e-4, atol=1e-5)(g.get("running_mean"), r["running_mean"],
+                                   f"BatchNorm running mean after step {i + 1}")
 
 
-def _tiny_models(seed: int):
-    torch.manual_seed(seed)
-    encoder = nn.Sequential(nn.Flatten(), nn.Linear(3 * 6 * 6, 24), nn.BatchNorm1d(24), nn.ReLU())
-    head = nn.Sequential(nn.Linear(24, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 8))
-    return encoder, head
+def check_step_detached(got, ref) -> None:
+    _loss_tensor(got, "the returned loss")
 
 
-def _sgd(encoder, head):
-    return torch.optim.SGD([*encoder.parameters(), *head.parameters()], lr=0.2, momentum=0.9, weight_decay=1e-3)
+def check_step_default_augment(got, ref) -> None:
+    if not isinstance(got, dict) or got.get("augment_calls") != 2:
+        raise AssertionError("with augment=None the step must call augment_batch (twice, once per view)")
+    loss = _loss_tensor(got.get("loss"), "the returned loss")
+    if abs(float(loss) - float(ref["loss"])) > 1e-4 + 1e-4 * abs(float(ref["loss"])):
+        raise AssertionError("with augment=None the loss is not that of two augment_batch views")
+    same(rtol=1e-4, atol=1e-5)(got.get("params"), ref["params"], "parameters after the step")
 
 
-def check_simclr_train_step(step) -> None:
-    images = torch.randint(0, 256, (12, 3, 6, 6), generator=torch.Generator().manual_seed(81), dtype=torch.uint8)
-    tau = 0.3
-    encoder, head = _tiny_models(82)
-    ref_encoder, ref_head = copy.deepcopy(encoder), copy.deepcopy(head)
-    opt, ref_opt = _sgd(encoder, head), _sgd(ref_encoder, ref_head)
-    for module in (encoder, head, ref_encoder, ref_head):
-        module.train()
-    for it in range(2):  # two steps: a forgotten zero_grad or a stale momentum shows in the second
-        views = _ScriptedViews(seed=it)
-        loss = step(encoder, head, opt, images, temperature=tau, augment=views)
-        if views.calls != 2:
-            raise AssertionError(f"simclr_train_step called augment {views.calls} times, expected 2 (one per view)")
-        assert_tensor(loss, shape=(), dtype=torch.float32, name="simclr_train_step(...)")
-        if loss.requires_grad:
-            raise AssertionError("return the loss detached (loss.detach())")
-        ref_views = _ScriptedViews(seed=it)
-        both = torch.cat([ref_views.view(images, 0), ref_views.view(images, 1)])
-        z = ref_head(ref_encoder(both))
-        ref_loss = _ref_nt_xent_torch(z[:12].double(), z[12:].double(), tau)
-        ref_opt.zero_grad()
-        ref_loss.backward()
-        ref_opt.step()
-        assert_close(loss, float(ref_loss.detach()), atol=1e-4, rtol=1e-4,
-                     name=f"loss of step {it + 1} (both views through encoder and head as ONE batch of 2N, NT-Xent on the halves)")
-        for (name, p), p_ref in zip([*encoder.named_parameters(), *head.named_parameters()],
-                                    [*ref_encoder.parameters(), *ref_head.parameters()]):
-            assert_close(p, p_ref, atol=1e-5, rtol=1e-4, name=f"parameter {name} after step {it + 1}")
-        bn, ref_bn = encoder[2], ref_encoder[2]
-        assert_close(bn.running_mean, ref_bn.running_mean, atol=1e-5, rtol=1e-4,
-                     name="BatchNorm running mean (one forward pass over both views)")
-    # Mixed precision: runs, returns a float32 loss, and trains.
-    encoder, head = _tiny_models(83)
-    before = [p.detach().clone() for p in encoder.parameters()]
-    loss = step(encoder, head, _sgd(encoder, head), images, temperature=tau, augment=_ScriptedViews(0),
-                autocast_dtype=torch.bfloat16)
-    assert_tensor(loss, shape=(), dtype=torch.float32, name="simclr_train_step(..., autocast_dtype=torch.bfloat16)")
-    if not math.isfinite(float(loss)) or all(torch.equal(a, b) for a, b in zip(before, encoder.parameters())):
-        raise AssertionError("with autocast_dtype=torch.bfloat16 the step must still train (finite loss, changed weights)")
+def check_step_bf16(got, ref) -> None:
+    loss, changed = _items(got, ref)
+    _loss_tensor(loss, "the loss under autocast_dtype=torch.bfloat16")
+    if changed is not True:
+        raise AssertionError("with autocast_dtype=torch.bfloat16 the step did not change the parameters")
 
 
-# ------------------------------------------------------------------------------- probe and kNN
-def _blobs(n: int, d: int, classes: int, spread: float, seed: int):
-    g = torch.Generator().manual_seed(seed)
-    centres = torch.randn(classes, d, generator=g) * 2
-    labels = torch.randint(0, classes, (n,), generator=g)
-    feats = centres[labels] + spread * torch.randn(n, d, generator=g)
-    return feats, labels
+# =============================================================================== probe and kNN
+def _accuracy(x, where: str) -> float:
+    if type(x) is not float:
+        raise AssertionError(f"{where}: expected a Python float, but it {_describe(x)}")
+    if not 0 <= x <= 1:
+        raise AssertionError(f"{where}: {x} is not a fraction in [0, 1]")
+    return x
 
 
-def check_linear_probe_accuracy(fn) -> None:
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.preprocessing import StandardScaler
-
-    feats, labels = _blobs(1200, 16, 4, 2.5, seed=91)
-    tr, te = slice(0, 800), slice(800, 1200)
-    scaler = StandardScaler().fit(feats[tr].numpy())
-    sk = LogisticRegression(max_iter=5000).fit(scaler.transform(feats[tr].numpy()), labels[tr].numpy())
-    sk_acc = float((sk.predict(scaler.transform(feats[te].numpy())) == labels[te].numpy()).mean())
-    train_copy = feats[tr].clone()
-    acc = fn(feats[tr], labels[tr], feats[te], labels[te], epochs=60, batch_size=1024)
-    if type(acc) is not float:
-        raise AssertionError(f"linear_probe_accuracy must return a Python float, got {type(acc).__name__}")
-    if not 0 <= acc <= 1:
-        raise AssertionError(f"accuracy {acc} is not a fraction in [0, 1]")
-    if acc < sk_acc - 0.05:
-        raise AssertionError(f"probe accuracy {acc:.3f} is well below logistic regression's {sk_acc:.3f} on the same features")
-    if not torch.equal(feats[tr], train_copy):
-        raise AssertionError("linear_probe_accuracy changed the caller's features in place")
-    if fn(feats[tr], labels[tr], feats[te], labels[te], epochs=60, batch_size=1024) != acc:
-        raise AssertionError("two calls with the same seed gave different accuracies: seed the shuffling")
-    # Standardisation: huge offsets and scales must not matter.
-    scale = torch.logspace(-2, 3, 16)
-    acc_scaled = fn(feats[tr] * scale + 500, labels[tr], feats[te] * scale + 500, labels[te], epochs=60, batch_size=1024)
-    if acc_scaled < sk_acc - 0.05:
-        raise AssertionError(f"with features scaled by 1e-2..1e3 and shifted by 500 the probe gets {acc_scaled:.3f} "
-                             f"(logistic regression {sk_acc:.3f}): standardise with the training features' mean and std")
-    # The test labels must not leak into training.
-    easy, y = _blobs(600, 8, 4, 0.3, seed=92)
-    wrong = (y[400:] + 1) % 4
-    honest = fn(easy[:400], y[:400], easy[400:], y[400:], epochs=60, batch_size=1024)
-    leak = fn(easy[:400], y[:400], easy[400:], wrong, epochs=60, batch_size=1024)
-    if honest < 0.9:
-        raise AssertionError(f"accuracy {honest:.3f} on four well-separated Gaussian classes (expected above 0.9)")
-    if leak > 1 - honest + 0.05:
-        raise AssertionError(f"accuracy {leak:.3f} against deliberately wrong test labels: the probe must be trained "
-                             "on the training set only")
-    assert_raises(ValueError, fn, feats[tr], labels[:10], feats[te], labels[te], what="600 features but 10 labels")
-    assert_raises(ValueError, fn, feats[tr], labels[tr], feats[te, :5], labels[te], what="train d=16, test d=5")
+def check_probe_accuracy(got, ref) -> None:
+    for i, (g, r) in enumerate(zip(_items(got, ref), ref)):
+        acc = _accuracy(g, f"call {i + 1}")
+        if acc < r - 0.05:
+            raise AssertionError(f"call {i + 1}: the accuracy is {r - acc:.3f} below what a converged probe reaches")
 
 
-def check_knn_accuracy(fn) -> None:
-    from sklearn.neighbors import KNeighborsClassifier
+def check_probe_deterministic(got, ref) -> None:
+    a, b = (_accuracy(g, f"call {i + 1}") for i, g in enumerate(_items(got, ref)))
+    if a != b:
+        raise AssertionError("two calls with the same seed gave different accuracies")
 
-    feats, labels = _blobs(420, 8, 5, 2.0, seed=101)
-    feats = feats.double()
-    tr, te = slice(0, 300), slice(300, 420)
-    for k in (1, 4, 10, 25, 300):
-        sk = KNeighborsClassifier(n_neighbors=k, metric="cosine", algorithm="brute").fit(feats[tr].numpy(), labels[tr].numpy())
-        expected = float((sk.predict(feats[te].numpy()) == labels[te].numpy()).mean())
-        got = fn(feats[tr], labels[tr], feats[te], labels[te], k=k)
-        if type(got) is not float:
-            raise AssertionError(f"knn_accuracy must return a Python float, got {type(got).__name__}")
-        if abs(got - expected) > 1 / 120 + 1e-9:
-            raise AssertionError(f"k={k}: accuracy {got:.4f}, expected {expected:.4f} (cosine similarity, majority vote, "
-                                 "ties to the smallest class id)")
-        chunked = fn(feats[tr], labels[tr], feats[te], labels[te], k=k, batch_size=7)
-        if chunked != got:
-            raise AssertionError(f"k={k}: batch_size=7 gives {chunked}, the default gives {got}: chunks must not change the result")
-    rescaled = fn(feats[tr] * torch.rand(300, 1, dtype=torch.float64).add(0.1) * 100, labels[tr], feats[te], labels[te], k=10)
-    if rescaled != fn(feats[tr], labels[tr], feats[te], labels[te], k=10):
-        raise AssertionError("rescaling training features changed the result: use cosine similarity")
-    assert_raises(ValueError, fn, feats[tr], labels[tr], feats[te], labels[te], k=0, what="k=0")
-    assert_raises(ValueError, fn, feats[tr], labels[tr], feats[te], labels[te], k=301, what="k larger than the training set")
+
+def check_probe_standardises(got, ref) -> None:
+    _, scaled = _items(got, ref)
+    acc = _accuracy(scaled, "rescaled features")
+    if acc < ref[1] - 0.05:
+        raise AssertionError(f"with features scaled by 1e-2..1e3 and shifted by 500 the accuracy drops by "
+                             f"{ref[1] - acc:.3f}: standardise with the training features' mean and std")
+
+
+def check_probe_test_set_unused(got, ref) -> None:
+    honest, wrong = (_accuracy(g, f"call {i + 1}") for i, g in enumerate(_items(got, ref)))
+    if honest < ref[0] - 0.05:
+        raise AssertionError(f"accuracy {honest:.3f} on well-separated classes")
+    if wrong > 1 - honest + 0.05:
+        raise AssertionError(f"accuracy {wrong:.3f} against deliberately wrong test labels: the test set must play "
+                             "no part in training")
+
+
+def check_probe_inputs_unchanged(got, ref) -> None:
+    after, before = _items(got, ref)
+    if not isinstance(after, torch.Tensor) or not torch.equal(after, before):
+        raise AssertionError("linear_probe_accuracy changed the caller's features")
+
+
+def check_knn_values(got, ref) -> None:
+    for i, (g, r) in enumerate(zip(_items(got, ref), ref)):
+        if isinstance(r, Raised):
+            raise AssertionError("reference failed")
+        acc = _accuracy(g, f"call {i + 1}")
+        if abs(acc - r) > 1.01 / 120:
+            raise AssertionError(f"call {i + 1}: the accuracy is off by {abs(acc - r):.4f}")
+
+
+# =============================================================================== the cases
+CASES = [
+    # random_resized_crop_flip: 4 points
+    Case("test_random_resized_crop_flip", "crop_shapes", "float [N, 3, size, size] for square and non-square images",
+         check_crop_shapes),
+    Case("test_random_resized_crop_flip", "crop_identity_and_mirror",
+         "scale=(1, 1), ratio=(1, 1): the image itself (flip_p=0) or its mirror image (flip_p=1)",
+         same(rtol=0, atol=1e-5)),
+    Case("test_random_resized_crop_flip", "crop_flip_rate", "each image flipped left-right with probability flip_p",
+         check_crop_flip_rate),
+    Case("test_random_resized_crop_flip", "crop_geometry",
+         "bilinear crops with area ~ U(scale), aspect within ratio, placed uniformly inside the image",
+         check_crop_geometry, weight=2),
+    Case("test_random_resized_crop_flip", "crop_log_aspect", "log aspect ratio ~ U(log ratio)", check_crop_log_aspect),
+    Case("test_random_resized_crop_flip", "crop_flip_reverses", "a flip mirrors the crop left-right",
+         check_crop_flip_reverses),
+    Case("test_random_resized_crop_flip", "crop_independent", "independent crop parameters for every image",
+         check_independent("random_resized_crop_flip")),
+    Case("test_random_resized_crop_flip", "crop_generator", "all random numbers drawn with `generator`",
+         _reproducible),
+    Case("test_random_resized_crop_flip", "crop_rejects",
+         "a ValueError for anything but a floating-point [N, 3, H, W] tensor", raises("ValueError")),
+    # colour_distort: 4 points
+    Case("test_colour_distort", "colour_dtype_and_range", "float [N, 3, H, W] in [0, 1], same dtype",
+         check_colour_dtype_and_range),
+    Case("test_colour_distort", "colour_identity", "no jitter and no grayscale (or zero strengths): the images",
+         same(rtol=0, atol=1e-5)),
+    Case("test_colour_distort", "colour_grayscale", "grayscale g = 0.299 R + 0.587 G + 0.114 B in all three channels",
+         same(rtol=0, atol=1e-5)),
+    Case("test_colour_distort", "colour_brightness", "brightness x <- b x, b ~ U(1 - beta, 1 + beta) per image",
+         _factor_check("brightness")),
+    Case("test_colour_distort", "colour_contrast", "contrast x <- c x + (1 - c) mean gray, c per image",
+         _factor_check("contrast")),
+    Case("test_colour_distort", "colour_saturation", "saturation x <- s x + (1 - s) g, s per image",
+         _factor_check("saturation")),
+    Case("test_colour_distort", "colour_jitter_rate", "jitter each image with probability jitter_p",
+         check_colour_jitter_rate),
+    Case("test_colour_distort", "colour_gray_rate", "grayscale each image with probability gray_p",
+         check_colour_gray_rate),
+    Case("test_colour_distort", "colour_hue", "a hue shift rotates colours around the gray axis (grays stay gray)",
+         check_colour_hue),
+    Case("test_colour_distort", "colour_independent", "independent factors for every image",
+         check_independent("colour_distort")),
+    Case("test_colour_distort", "colour_generator", "all random numbers drawn with `generator`", _reproducible),
+    # augment_batch (given, built on the two functions above): 2 points
+    Case("test_augment_batch", "augment_uint8", "uint8 images give float32 [N, 3, size, size] views in [0, 1]",
+         check_augment_uint8),
+    Case("test_augment_batch", "augment_independent", "every copy of an image gets its own view",
+         check_independent("augment_batch")),
+    Case("test_augment_batch", "augment_all_off", "every augmentation off: the images scaled to [0, 1]",
+         same(rtol=0, atol=1e-5)),
+    # nt_xent_loss: 4 points
+    Case("test_nt_xent_loss", "nt_xent_float64", "mean NT-Xent over the 2N views (float64 in, float64 0-dim out)",
+         same(rtol=1e-7, atol=1e-8), weight=2),
+    Case("test_nt_xent_loss", "nt_xent_float32", "the input's dtype kept (float32)", same(rtol=2e-4, atol=1e-4)),
+    Case("test_nt_xent_loss", "nt_xent_gradient", "differentiable: the gradient a training step needs",
+         same(rtol=1e-6, atol=1e-9)),
+    Case("test_nt_xent_loss", "nt_xent_rejects_shapes", "a ValueError unless z1 and z2 are two [N, d] of one shape",
+         raises("ValueError")),
+    Case("test_nt_xent_loss", "nt_xent_rejects_temperature", "a ValueError for a temperature that is not positive",
+         raises("ValueError")),
+    # ProjectionHead: 2 points
+    Case("test_projection_head", "head_values",
+         "output of Linear -> BatchNorm1d -> ReLU -> Linear (with known weights, train mode)",
+         same(rtol=1e-4, atol=1e-4), weight=2),
+    Case("test_projection_head", "head_gradients", "gradients flow to the input and both Linear layers",
+         same(rtol=1e-3, atol=1e-4)),
+    Case("test_projection_head", "head_defaults", "defaults hidden_dim=1024, out_dim=128", same(rtol=1e-4, atol=1e-4)),
+    # simclr_train_step: 3 points
+    Case("test_simclr_train_step", "train_step_two_steps", "augment called twice, once per view", check_step_augment_calls),
+    Case("test_simclr_train_step", "train_step_two_steps",
+         "loss and parameters after two steps (one batch of 2N, NT-Xent on the halves, one optimiser step)",
+         check_step_values, weight=2),
+    Case("test_simclr_train_step", "train_step_two_steps", "BatchNorm sees both views in one forward pass",
+         check_step_batchnorm),
+    Case("test_simclr_train_step", "train_step_returns_detached", "returns the loss detached, a 0-dim float32 tensor",
+         check_step_detached),
+    Case("test_simclr_train_step", "train_step_default_augment", "augment=None uses augment_batch",
+         check_step_default_augment),
+    Case("test_simclr_train_step", "train_step_bf16", "with autocast_dtype=bfloat16: trains, float32 loss",
+         check_step_bf16),
+    # linear_probe_accuracy: 3 points
+    Case("test_linear_probe_accuracy", "probe_accuracy", "a Python float: the accuracy of a trained linear probe",
+         check_probe_accuracy, weight=2),
+    Case("test_linear_probe_accuracy", "probe_deterministic", "two calls with the same seed give the same result",
+         check_probe_deterministic),
+    Case("test_linear_probe_accuracy", "probe_standardises", "features standardised with the training mean and std",
+         check_probe_standardises),
+    Case("test_linear_probe_accuracy", "probe_test_set_unused", "the test set plays no part in training",
+         check_probe_test_set_unused),
+    Case("test_linear_probe_accuracy", "probe_inputs_unchanged", "the caller's tensors are left unchanged",
+         check_probe_inputs_unchanged),
+    Case("test_linear_probe_accuracy", "probe_rejects", "a ValueError for features and labels of inconsistent shapes",
+         raises("ValueError")),
+    # knn_accuracy: 3 points
+    Case("test_knn_accuracy", "knn_values", "cosine kNN majority vote, ties to the smallest class id (a Python float)",
+         check_knn_values, weight=2),
+    Case("test_knn_accuracy", "knn_chunked", "the result does not depend on batch_size", check_knn_values),
+    Case("test_knn_accuracy", "knn_rejects_k", "a ValueError when k is not between 1 and N", raises("ValueError")),
+]

@@ -1,0 +1,466 @@
+"""Probes for Task A (SimCLR). Inputs only: the judge (grader/checks/taskA_simclr.py) compares.
+
+Every input comes from ``gen``; the random functions get a generator seeded from ``gen`` as well, so
+the judge checks their outputs' properties (shapes, ranges, statistics, reproducibility) rather than
+exact values. The fixtures below (ramp images, tiny models, a scripted augmentation) solve nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+import torchvision.transforms.v2  # noqa: F401  (loaded once here: the given cell imports it in every forked case)
+from torch import nn
+
+from grader.probe import attempt, probes
+
+PROBES: dict = {}
+probe = probes(PROBES)
+
+
+def _seed(gen) -> int:
+    return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=gen))
+
+
+def _child(gen) -> torch.Generator:
+    """A fresh generator for a student's function, seeded from ``gen``."""
+    return torch.Generator().manual_seed(_seed(gen))
+
+
+def _ramps(n: int, h: int, w: int) -> torch.Tensor:
+    """Channel 0 ramps left to right, channel 1 top to bottom, channel 2 is constant 0.5."""
+    x = torch.zeros(n, 3, h, w)
+    x[:, 0] = (torch.arange(w, dtype=torch.float32) / (w - 1)).view(1, 1, w)
+    x[:, 1] = (torch.arange(h, dtype=torch.float32) / (h - 1)).view(1, h, 1)
+    x[:, 2] = 0.5
+    return x
+
+
+def _profiles(out: torch.Tensor) -> dict:
+    """Crops of ramp images, summed up (the evidence stays small): channel 0 averaged over the interior
+    rows (a profile along x) and channel 1 over the interior columns (along y), each [N, size]."""
+    return {"x": out[:, 0, 2:-2, :].mean(dim=1), "y": out[:, 1, :, 2:-2].mean(dim=2)}
+
+
+def _repeated(gen, n: int, h: int, w: int) -> torch.Tensor:
+    return torch.rand(1, 3, h, w, generator=gen).expand(n, -1, -1, -1).contiguous()
+
+
+# ------------------------------------------------------------------------------ random_resized_crop_flip
+@probe()
+def crop_shapes(ns, gen):
+    out = []
+    for n, h, w, size in [(3, 16, 16, 16), (2, 16, 16, 8), (2, 12, 20, 10)]:
+        out.append(attempt(ns.random_resized_crop_flip, torch.rand(n, 3, h, w, generator=gen), size,
+                           generator=_child(gen)))
+    return out
+
+
+@probe()
+def crop_identity_and_mirror(ns, gen):
+    x = torch.rand(6, 3, 8, 8, generator=gen)
+    f = ns.random_resized_crop_flip
+    return [f(x, 8, scale=(1, 1), ratio=(1, 1), flip_p=0.0, generator=_child(gen)),
+            f(x, 8, scale=(1, 1), ratio=(1, 1), flip_p=1.0, generator=_child(gen))]
+
+
+@probe()
+def crop_flip_rate(ns, gen):
+    x = torch.rand(300, 3, 3, 3, generator=gen)
+    out = ns.random_resized_crop_flip(x, 3, scale=(1, 1), ratio=(1, 1), flip_p=0.5, generator=_child(gen))
+    return {"x": x, "out": out}
+
+
+@probe()
+def crop_geometry(ns, gen):
+    """Crops of ramp images: the judge reads each crop's size and position off the ramps."""
+    out = ns.random_resized_crop_flip(_ramps(400, 32, 32), 16, scale=(0.1, 0.5), ratio=(0.5, 2.0), flip_p=0.0,
+                                      generator=_child(gen))
+    return _profiles(out)
+
+
+@probe()
+def crop_log_aspect(ns, gen):
+    out = ns.random_resized_crop_flip(_ramps(600, 32, 32), 16, scale=(0.05, 0.25), ratio=(0.25, 4.0), flip_p=0.0,
+                                      generator=_child(gen))
+    return _profiles(out)
+
+
+@probe()
+def crop_flip_reverses(ns, gen):
+    out = ns.random_resized_crop_flip(_ramps(12, 32, 32), 16, scale=(0.3, 0.6), flip_p=1.0, generator=_child(gen))
+    return _profiles(out)
+
+
+@probe()
+def crop_independent(ns, gen):
+    return ns.random_resized_crop_flip(_repeated(gen, 24, 16, 16), 8, flip_p=0.0, generator=_child(gen))
+
+
+@probe()
+def crop_generator(ns, gen):
+    x = _repeated(gen, 8, 16, 16)
+    s = _seed(gen)
+    f = ns.random_resized_crop_flip
+    return [f(x, 8, generator=torch.Generator().manual_seed(s)), f(x, 8, generator=torch.Generator().manual_seed(s)),
+            f(x, 8, generator=torch.Generator().manual_seed(s + 1))]
+
+
+@probe()
+def crop_rejects(ns, gen):
+    f = ns.random_resized_crop_flip
+    return [attempt(f, torch.rand(3, 16, 16, generator=gen), 16),
+            attempt(f, torch.rand(2, 1, 16, 16, generator=gen), 16),
+            attempt(f, torch.randint(0, 255, (2, 3, 16, 16), generator=gen, dtype=torch.uint8), 16)]
+
+
+# ------------------------------------------------------------------------------ colour_distort
+@probe()
+def colour_dtype_and_range(ns, gen):
+    x = torch.rand(16, 3, 6, 7, generator=gen)
+    f = ns.colour_distort
+    return [attempt(f, x, generator=_child(gen)),
+            attempt(f, x.double(), generator=_child(gen)),
+            attempt(f, x, jitter=(0.8, 0.8, 0.8, 0.5), jitter_p=1.0, generator=_child(gen))]
+
+
+@probe()
+def colour_identity(ns, gen):
+    x = torch.rand(8, 3, 6, 6, generator=gen)
+    f = ns.colour_distort
+    return [f(x, jitter_p=0.0, gray_p=0.0, generator=_child(gen)),
+            f(x, jitter=(0, 0, 0, 0), jitter_p=1.0, gray_p=0.0, generator=_child(gen))]
+
+
+@probe()
+def colour_grayscale(ns, gen):
+    return ns.colour_distort(torch.rand(8, 3, 6, 6, generator=gen), jitter_p=0.0, gray_p=1.0, generator=_child(gen))
+
+
+def _mid(gen, n=200):
+    return 0.3 + 0.4 * torch.rand(n, 3, 3, 3, generator=gen)  # inside [0, 1] under every factor used
+
+
+@probe()
+def colour_brightness(ns, gen):
+    x = _mid(gen)
+    return {"x": x, "out": ns.colour_distort(x, jitter=(0.4, 0, 0, 0), jitter_p=1.0, gray_p=0.0, generator=_child(gen))}
+
+
+@probe()
+def colour_contrast(ns, gen):
+    x = _mid(gen)
+    return {"x": x, "out": ns.colour_distort(x, jitter=(0, 0.4, 0, 0), jitter_p=1.0, gray_p=0.0, generator=_child(gen))}
+
+
+@probe()
+def colour_saturation(ns, gen):
+    x = _mid(gen)
+    return {"x": x, "out": ns.colour_distort(x, jitter=(0, 0, 0.4, 0), jitter_p=1.0, gray_p=0.0, generator=_child(gen))}
+
+
+@probe()
+def colour_jitter_rate(ns, gen):
+    x = _mid(gen)
+    return {"x": x, "out": ns.colour_distort(x, jitter=(0.4, 0, 0, 0), jitter_p=0.5, gray_p=0.0, generator=_child(gen))}
+
+
+@probe()
+def colour_gray_rate(ns, gen):
+    x = _mid(gen)
+    return {"x": x, "out": ns.colour_distort(x, jitter_p=0.0, gray_p=0.3, generator=_child(gen))}
+
+
+@probe()
+def colour_hue(ns, gen):
+    x = 0.3 + 0.4 * torch.rand(64, 3, 4, 4, generator=gen)
+    x[:, :, :2] = x[:, :1, :2]  # the top half of every image is gray
+    return {"x": x, "out": ns.colour_distort(x, jitter=(0, 0, 0, 0.3), jitter_p=1.0, gray_p=0.0,
+                                             generator=_child(gen))}
+
+
+@probe()
+def colour_independent(ns, gen):
+    x = 0.2 + 0.6 * _repeated(gen, 32, 6, 6)
+    f = ns.colour_distort
+    return [f(x, jitter=(0, 0, 0, 0.3), jitter_p=1.0, gray_p=0.0, generator=_child(gen)),
+            f(x, jitter_p=1.0, gray_p=0.0, generator=_child(gen))]
+
+
+@probe()
+def colour_generator(ns, gen):
+    x = _repeated(gen, 8, 6, 6)
+    s = _seed(gen)
+    f = ns.colour_distort
+    return [f(x, generator=torch.Generator().manual_seed(s)), f(x, generator=torch.Generator().manual_seed(s)),
+            f(x, generator=torch.Generator().manual_seed(s + 1))]
+
+
+# ------------------------------------------------------------------------------ augment_batch (given)
+@probe()
+def augment_uint8(ns, gen):
+    imgs = torch.randint(0, 256, (2, 3, 32, 32), generator=gen, dtype=torch.uint8)
+    return [ns.augment_batch(imgs, _child(gen)), ns.augment_batch(imgs, _child(gen), size=24)]
+
+
+@probe()
+def augment_independent(ns, gen):
+    imgs = torch.randint(0, 256, (1, 3, 32, 32), generator=gen, dtype=torch.uint8).expand(16, -1, -1, -1)
+    return ns.augment_batch(imgs.contiguous(), _child(gen), size=8)
+
+
+@probe()
+def augment_all_off(ns, gen):
+    imgs = torch.randint(0, 256, (4, 3, 16, 16), generator=gen, dtype=torch.uint8)
+    return ns.augment_batch(imgs, _child(gen), size=16, scale=(1, 1), ratio=(1, 1), flip_p=0.0, jitter_p=0.0,
+                            gray_p=0.0)
+
+
+# ------------------------------------------------------------------------------ nt_xent_loss
+_NT_SHAPES = [(1, 4, 0.5), (2, 3, 0.1), (5, 16, 0.5), (17, 8, 1.0), (24, 32, 0.2), (8, 32, 0.02)]
+
+
+def _pairs(gen, dtype):
+    for n, d, tau in _NT_SHAPES:
+        z1 = torch.randn(n, d, generator=gen, dtype=torch.float64) * 3
+        z2 = z1 + torch.randn(n, d, generator=gen, dtype=torch.float64)  # positives are similar
+        yield z1.to(dtype), z2.to(dtype), tau
+
+
+@probe()
+def nt_xent_float64(ns, gen):
+    return [attempt(ns.nt_xent_loss, z1, z2, tau) for z1, z2, tau in _pairs(gen, torch.float64)]
+
+
+@probe()
+def nt_xent_float32(ns, gen):
+    return [attempt(ns.nt_xent_loss, z1, z2, tau) for z1, z2, tau in _pairs(gen, torch.float32)]
+
+
+@probe()
+def nt_xent_gradient(ns, gen):
+    z1 = torch.randn(6, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    z2 = torch.randn(6, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    ns.nt_xent_loss(z1, z2, 0.3).backward()
+    return [z1.grad, z2.grad]
+
+
+@probe()
+def nt_xent_rejects_shapes(ns, gen):
+    f = ns.nt_xent_loss
+    return [attempt(f, torch.randn(4, 8, generator=gen), torch.randn(5, 8, generator=gen), 0.5),
+            attempt(f, torch.randn(4, 8, generator=gen), torch.randn(4, 6, generator=gen), 0.5),
+            attempt(f, torch.randn(8, generator=gen), torch.randn(8, generator=gen), 0.5)]
+
+
+@probe()
+def nt_xent_rejects_temperature(ns, gen):
+    z1, z2 = torch.randn(4, 8, generator=gen), torch.randn(4, 8, generator=gen)
+    return [attempt(ns.nt_xent_loss, z1, z2, 0.0), attempt(ns.nt_xent_loss, z1, z2, -0.5)]
+
+
+# ------------------------------------------------------------------------------ ProjectionHead
+def _head_run(ns, gen, in_dim, hidden, out_dim, default_dims=False):
+    """Build the student's head (seeded init), put known weights into its Linear layers (found by
+    shape), run a batch through it in train mode and backpropagate. BatchNorm keeps its initial
+    affine parameters (1 and 0); a bias before BatchNorm cancels out in train mode."""
+    torch.manual_seed(_seed(gen))
+    head = ns.ProjectionHead(in_dim) if default_dims else ns.ProjectionHead(in_dim, hidden, out_dim)
+    w1 = torch.randn(hidden, in_dim, generator=gen) / in_dim ** 0.5
+    w2 = torch.randn(out_dim, hidden, generator=gen) / hidden ** 0.5
+    b2 = torch.randn(out_dim, generator=gen)
+    with torch.no_grad():
+        for p in head.parameters():
+            for known in (w1, w2, b2):
+                if tuple(p.shape) == tuple(known.shape):
+                    p.copy_(known)
+    head.train()
+    h = (torch.randn(12, in_dim, generator=gen) * 2 + 1).requires_grad_(True)
+    out = head(h)
+    return head, h, out, (w1, w2, b2)
+
+
+@probe()
+def head_values(ns, gen):
+    _, _, out, _ = _head_run(ns, gen, 20, 48, 8)
+    return out
+
+
+@probe()
+def head_gradients(ns, gen):
+    head, h, out, known = _head_run(ns, gen, 20, 48, 8)
+    (out * torch.randn(out.shape, generator=gen)).sum().backward()
+    grads = {tuple(p.shape): p.grad for p in head.parameters() if tuple(p.shape) in [tuple(k.shape) for k in known]}
+    return [h.grad] + [grads.get(tuple(k.shape)) for k in known]
+
+
+@probe()
+def head_defaults(ns, gen):
+    _, _, out, _ = _head_run(ns, gen, 24, 1024, 128, default_dims=True)
+    return out
+
+
+# ------------------------------------------------------------------------------ simclr_train_step
+class ScriptedViews:
+    """A deterministic stand-in for the augmentation: the k-th call returns a fixed noisy copy."""
+
+    def __init__(self, noise: list):
+        self.noise, self.calls = noise, 0
+
+    def __call__(self, images, generator=None, **kwargs):
+        k = self.calls % len(self.noise)
+        self.calls += 1
+        return images.float() / 255 + self.noise[k]
+
+
+def _tiny_models(gen, side: int = 6):
+    torch.manual_seed(_seed(gen))
+    encoder = nn.Sequential(nn.Flatten(), nn.Linear(3 * side * side, 24), nn.BatchNorm1d(24), nn.ReLU())
+    head = nn.Sequential(nn.Linear(24, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 8))
+    opt = torch.optim.SGD([*encoder.parameters(), *head.parameters()], lr=0.2, momentum=0.9, weight_decay=1e-3)
+    return encoder, head, opt
+
+
+def _snapshot(encoder, head):
+    return [p.detach().clone() for p in [*encoder.parameters(), *head.parameters()]]
+
+
+@probe()
+def train_step_two_steps(ns, gen):
+    images = torch.randint(0, 256, (10, 3, 6, 6), generator=gen, dtype=torch.uint8)
+    encoder, head, opt = _tiny_models(gen)
+    steps = []
+    for _ in range(2):  # a forgotten zero_grad or a stale momentum shows in the second step
+        views = ScriptedViews([0.1 * torch.randn(images.shape, generator=gen) for _ in range(2)])
+        loss = ns.simclr_train_step(encoder, head, opt, images, temperature=0.3, augment=views)
+        steps.append({"loss": loss, "params": _snapshot(encoder, head),
+                      "running_mean": encoder[2].running_mean.clone(), "augment_calls": views.calls})
+    return steps
+
+
+@probe()
+def train_step_returns_detached(ns, gen):
+    images = torch.randint(0, 256, (8, 3, 6, 6), generator=gen, dtype=torch.uint8)
+    encoder, head, opt = _tiny_models(gen)
+    views = ScriptedViews([0.1 * torch.randn(images.shape, generator=gen) for _ in range(2)])
+    return ns.simclr_train_step(encoder, head, opt, images, temperature=0.5, augment=views)
+
+
+@probe()
+def train_step_default_augment(ns, gen):
+    """augment=None: the step must fall back on the notebook's augment_batch, here a scripted stand-in."""
+    images = torch.randint(0, 256, (8, 3, 6, 6), generator=gen, dtype=torch.uint8)
+    encoder, head, opt = _tiny_models(gen)
+    views = ScriptedViews([0.1 * torch.randn(images.shape, generator=gen) for _ in range(2)])
+    names = object.__getattribute__(ns, "_names")
+    saved = names.get("augment_batch")
+    names["augment_batch"] = views
+    try:
+        loss = ns.simclr_train_step(encoder, head, opt, images, temperature=0.5, generator=_child(gen))
+    finally:
+        names["augment_batch"] = saved
+    return {"loss": loss, "params": _snapshot(encoder, head), "augment_calls": views.calls}
+
+
+@probe()
+def train_step_bf16(ns, gen):
+    images = torch.randint(0, 256, (8, 3, 6, 6), generator=gen, dtype=torch.uint8)
+    encoder, head, opt = _tiny_models(gen)
+    before = _snapshot(encoder, head)
+    views = ScriptedViews([0.1 * torch.randn(images.shape, generator=gen) for _ in range(2)])
+    loss = ns.simclr_train_step(encoder, head, opt, images, temperature=0.5, augment=views,
+                                autocast_dtype=torch.bfloat16)
+    return {"loss": loss, "changed": any(not torch.equal(a, b) for a, b in zip(before, _snapshot(encoder, head)))}
+
+
+# ------------------------------------------------------------------------------ linear_probe_accuracy
+def _blobs(gen, n, d, classes, spread):
+    centres = torch.randn(classes, d, generator=gen) * 2
+    labels = torch.randint(0, classes, (n,), generator=gen)
+    return centres[labels] + spread * torch.randn(n, d, generator=gen), labels
+
+
+def _correlated(gen, n):
+    """Two classes told apart by x0 - x1 only: a shared noise hides them from a half-trained probe."""
+    y = torch.randint(0, 2, (n,), generator=gen)
+    noise = 3 * torch.randn(n, generator=gen)
+    sign = 2 * y.float() - 1
+    x = torch.stack([sign + noise, 0.1 * sign + noise + 0.2 * torch.randn(n, generator=gen)], dim=1)
+    return torch.cat([x, torch.randn(n, 6, generator=gen)], dim=1), y
+
+
+@probe()
+def probe_accuracy(ns, gen):
+    f, y = _blobs(gen, 900, 16, 4, 2.5)
+    fc, yc = _correlated(gen, 800)
+    fn = ns.linear_probe_accuracy
+    return [fn(f[:600], y[:600], f[600:], y[600:], epochs=30, batch_size=1024),
+            fn(fc[:500], yc[:500], fc[500:], yc[500:], epochs=40, lr=0.05, batch_size=250)]
+
+
+@probe()
+def probe_deterministic(ns, gen):
+    f, y = _blobs(gen, 600, 8, 3, 3.0)
+    fn = ns.linear_probe_accuracy
+    return [fn(f[:400], y[:400], f[400:], y[400:], epochs=10, batch_size=64, seed=s) for s in (3, 3)]
+
+
+@probe()
+def probe_standardises(ns, gen):
+    f, y = _blobs(gen, 900, 16, 4, 2.5)
+    scale = torch.logspace(-2, 3, 16)
+    g = f * scale + 500
+    fn = ns.linear_probe_accuracy
+    return [fn(f[:600], y[:600], f[600:], y[600:], epochs=30, batch_size=1024),
+            fn(g[:600], y[:600], g[600:], y[600:], epochs=30, batch_size=1024)]
+
+
+@probe()
+def probe_test_set_unused(ns, gen):
+    f, y = _blobs(gen, 600, 8, 4, 0.3)
+    wrong = (y[400:] + 1) % 4
+    fn = ns.linear_probe_accuracy
+    return [fn(f[:400], y[:400], f[400:], y[400:], epochs=30, batch_size=1024),
+            fn(f[:400], y[:400], f[400:], wrong, epochs=30, batch_size=1024)]
+
+
+@probe()
+def probe_inputs_unchanged(ns, gen):
+    f, y = _blobs(gen, 300, 8, 3, 2.0)
+    f = f * 5 + 3
+    copy = f.clone()
+    ns.linear_probe_accuracy(f[:200], y[:200], f[200:], y[200:], epochs=2)
+    return [f, copy]
+
+
+@probe()
+def probe_rejects(ns, gen):
+    f, y = _blobs(gen, 300, 8, 3, 2.0)
+    fn = ns.linear_probe_accuracy
+    return [attempt(fn, f[:200], y[:10], f[200:], y[200:], epochs=1),
+            attempt(fn, f[:200], y[:200], f[200:, :5], y[200:], epochs=1),
+            attempt(fn, f[:200], y[:200], f[200:], y[200:250], epochs=1)]
+
+
+# ------------------------------------------------------------------------------ knn_accuracy
+def _knn_data(gen):
+    f, y = _blobs(gen, 420, 8, 5, 2.0)
+    f = f.double() * (0.1 + 10 * torch.rand(420, 1, generator=gen, dtype=torch.float64))  # norms carry no class
+    return f[:300], y[:300], f[300:], y[300:]
+
+
+@probe()
+def knn_values(ns, gen):
+    tr, ytr, te, yte = _knn_data(gen)
+    return [attempt(ns.knn_accuracy, tr, ytr, te, yte, k=k) for k in (1, 4, 10, 25, 300)]
+
+
+@probe()
+def knn_chunked(ns, gen):
+    tr, ytr, te, yte = _knn_data(gen)
+    return [attempt(ns.knn_accuracy, tr, ytr, te, yte, k=k, batch_size=7) for k in (1, 10)]
+
+
+@probe()
+def knn_rejects_k(ns, gen):
+    tr, ytr, te, yte = _knn_data(gen)
+    return [attempt(ns.knn_accuracy, tr, ytr, te, yte, k=0), attempt(ns.knn_accuracy, tr, ytr, te, yte, k=301)]
