@@ -1,18 +1,22 @@
 """The TA pipeline end to end on hostile Task 1 submissions: collect -> autograde -> export -> feedback,
 through the command line, on a Task-1-only course. One batch (two workers) grades every fixture in
 tests/fixtures/hostile.py; each test then checks one expected outcome, the gradebook and the
-feedback. Runs in about two to four minutes on two cores."""
+feedback. Every autograded point comes from the judge (grader/judge.py), outside the student's
+kernel; the full run only decides the status. Runs in about five to six minutes on two cores."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import sqlite3
+import time
 
 import pytest
 
 from conftest import SOLUTIONS
-from fixtures.hostile import CELL_TIMEOUT, EXPECTED, FULL, MEM_GB, build, grader_cli, write_inbox
+from fixtures.hostile import (CELL_TIMEOUT, EXPECTED, FULL, HONEST_CONTROLS, MEM_GB, SANDBOX_ONLY, build, grader_cli,
+                              write_inbox)
 
 STEM = "task1_infonce"
 
@@ -29,12 +33,17 @@ def batch(tmp_path_factory):
 
     subs = build(release, solution)
     if not protections()["filesystem"]:
-        del subs["snoop"]  # without bubblewrap it WOULD vandalise this test's gradebook (and the summary says so)
+        # without bubblewrap snoop WOULD vandalise this test's gradebook (and the summary says so), and
+        # the others would fill this machine's /tmp or write into other processes' descriptors
+        for student in SANDBOX_ONLY:
+            del subs[student]
     write_inbox(tmp / "inbox", subs, STEM)
 
     runs = {"collect": grader_cli(grading, source, "collect", str(tmp / "inbox"))}
+    started = time.monotonic()
     runs["autograde"] = grader_cli(grading, source, "autograde", "--workers=2", f"--timeout={CELL_TIMEOUT}",
                                    f"--mem-gb={MEM_GB}", "--notebook-timeout=600")
+    seconds = time.monotonic() - started
     runs["export"] = grader_cli(grading, source, "export")
     runs["feedback"] = grader_cli(grading, source, "feedback")
     if not (grading / "grades.csv").exists():
@@ -42,7 +51,8 @@ def batch(tmp_path_factory):
                                                    for verb, p in runs.items()))
     with open(grading / "grades.csv", newline="") as f:
         grades = {row["student_id"]: row for row in csv.DictReader(f)}
-    return {"course": course, "runs": runs, "grades": grades, "release": release}
+    print(f"\nautograde of {len(subs)} fixtures took {seconds:.0f} s")
+    return {"course": course, "runs": runs, "grades": grades, "release": release, "seconds": seconds}
 
 
 def _outputs(course, student: str) -> str:
@@ -74,15 +84,40 @@ def test_fixture_outcome(batch, student):
 
 def test_csv_has_one_row_per_student_and_reasons(batch):
     grades = batch["grades"]
-    assert set(grades) | {"snoop"} == set(EXPECTED) | {"broken_zip"}
+    assert set(grades) | set(SANDBOX_ONLY) == set(EXPECTED) | {"broken_zip"}
     assert grades["broken_zip"]["status"] == "unreadable" and "cannot open" in grades["broken_zip"]["reason"]
     assert "memory cap" in grades["memory_bomb"]["reason"]
     assert "interrupted" in grades["infinite_loop"]["reason"]
+    assert "ran past their time limit" in grades["infinite_loop"]["reason"]          # the judge's cases
+    assert "test_n_pair_loss" in grades["loop_in_function"]["reason"]
     assert "test_info_nce_loss" in grades["edited_test"]["reason"]
-    assert "deleted test cell test_nce_loss" in grades["deleted_test"]["reason"]
+    assert "test_nce_loss" in grades["deleted_test"]["reason"]
     assert "info_nce_loss appears 2 times" in grades["duplicated_cell"]["reason"]
-    assert "torch.allclose" in grades["monkeypatch"]["reason"] and "builtins.abs" in grades["monkeypatch"]["reason"]
+    assert "torch.allclose" in grades["monkeypatch"]["reason"]
     assert "not a valid notebook" in grades["corrupt"]["reason"]
+    assert "kernel died" in grades["os_exit"]["reason"]
+    for student, (status, _) in EXPECTED.items():
+        if status == "review" and student in grades:
+            assert grades[student]["reason"], f"{student} is marked for review without saying why"
+    assert "IPython hook" in grades["custom_exc"]["reason"]
+    assert "monkeypatch" in grades["patch_at_definition"]["reason"]
+
+
+def test_no_unearned_points_and_honest_controls_keep_full_marks(batch):
+    """No submission gets more than EXPECTED says (attacks on the release earn 0), and the honest
+    controls (stderr, warnings, prints, helper cells, other styles) keep every point."""
+    unearned, lost = [], []
+    for student, (_, points) in EXPECTED.items():
+        row = batch["grades"].get(student)
+        if row is None:
+            continue
+        got = float(row["autograded_score"])
+        if got > points + 1e-6:
+            unearned.append(f"{student}: {got:g} > {points:g} ({row['status']}: {row['reason'][:300]})")
+        if student in HONEST_CONTROLS and got < FULL - 1e-6:
+            lost.append(f"{student}: {got:g} / {FULL:g} ({row['reason'][:300]})")
+    assert not unearned, "unearned points:\n" + "\n".join(unearned)
+    assert not lost, "honest controls lost points:\n" + "\n".join(lost)
 
 
 def test_gradebook_intact(batch):
@@ -123,7 +158,7 @@ def test_feedback_never_shows_hidden_tests(batch):
         text = page.read_text()
         assert not leaks_in(text, lines), f"{page}: hidden test source in feedback"
         assert "grader/checks" not in text and "_ref_info_nce" not in text, f"{page}: reference code in a traceback"
-        assert "LAS-INTEGRITY" not in text
+        assert "generator=gen" not in text and "judge-seed" not in text, f"{page}: the judge's inputs"
 
 
 def test_autograde_one_student_keeps_the_others(batch, tmp_path):
@@ -142,3 +177,83 @@ def test_unknown_student_is_a_run_failure(batch):
     course = batch["course"]
     proc = grader_cli(course.grading, course.source, "autograde", "--student=nobody")
     assert proc.returncode != 0 and "nobody" in proc.stderr
+
+
+def _split_streams(nb: dict) -> dict:
+    """Every stream output cut into one-character messages (as a kernel flushing per character would)."""
+    out = copy.deepcopy(nb)
+    for cell in out["cells"]:
+        outputs = []
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "stream":
+                text = "".join(o["text"]) if isinstance(o["text"], list) else o["text"]
+                outputs += [{"output_type": "stream", "name": o["name"], "text": ch} for ch in text]
+            else:
+                outputs.append(o)
+        cell["outputs"] = outputs
+    return out
+
+
+def _inspected(path):
+    from grader.autograde import NotebookResult, Settings, _inspect_outputs
+
+    result = NotebookResult("x", STEM)
+    _inspect_outputs(path, result, Settings(cell_timeout=CELL_TIMEOUT, mem_gb=MEM_GB))
+    return result.status, result.reasons
+
+
+@pytest.mark.parametrize("student", ["correct", "memory_bomb", "infinite_loop"])
+def test_outputs_split_into_characters_change_nothing(batch, student, tmp_path):
+    """The judge reads no output: the gradebook holds the judge's score, and reading an autograded
+    notebook whose streams arrive one character at a time gives the same status and reasons."""
+    course = batch["course"]
+    status = course.read_json("status", student)
+    judged = status["notebooks"][STEM]["judge"]
+    assert float(batch["grades"][student]["autograded_score"]) == pytest.approx(judged["score"])
+    assert judged["score"] == pytest.approx(EXPECTED[student][1])
+    path = course.folder("autograded", student) / f"{STEM}.ipynb"
+    nb = json.loads(path.read_text())
+    split = _split_streams(nb)
+    assert sum(len(c.get("outputs", [])) for c in split["cells"]) > sum(len(c.get("outputs", [])) for c in nb["cells"])
+    (tmp_path / "split.ipynb").write_text(json.dumps(split))
+    assert _inspected(tmp_path / "split.ipynb") == _inspected(path)
+
+
+def test_regrading_a_split_notebook_gives_the_same_score(batch):
+    """Submit the autograded `correct` notebook, its streams split into characters, and regrade it."""
+    course = batch["course"]
+    path = course.folder("autograded", "correct") / f"{STEM}.ipynb"
+    split = _split_streams(json.loads(path.read_text()))
+    submitted = course.folder("submitted", "correct") / f"{STEM}.ipynb"
+    original = submitted.read_bytes()
+    try:
+        submitted.write_text(json.dumps(split))
+        proc = grader_cli(course.grading, course.source, "autograde", "--student=correct",
+                          f"--timeout={CELL_TIMEOUT}", f"--mem-gb={MEM_GB}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        status = course.read_json("status", "correct")
+        assert status["score"] == pytest.approx(FULL), status["reason"]
+        assert status["notebooks"][STEM]["judge"]["score"] == pytest.approx(FULL)
+    finally:
+        submitted.write_bytes(original)
+
+
+def test_feedback_lists_the_cases_of_a_partly_wrong_answer(batch):
+    """wrong_cosine: its cosine cases are listed by name with PASS/FAIL, the others all PASS; no
+    inputs of the judge, no reference code."""
+    course = batch["course"]
+    page = course.grading / "feedback" / "wrong_cosine" / "ex01" / f"{STEM}.html"
+    text = page.read_text()
+    assert "[PASS]" in text and "[FAIL]" in text
+    assert "cosine similarity over the temperature" in text            # a failed case, named
+    assert "a ValueError for a temperature &lt;= 0" in text or "a ValueError for a temperature <= 0" in text
+    assert "equal scores give log(K+1)" in text                         # a passed case of another cell
+    assert "checks passed" in text
+    assert "grader/checks" not in text and "grader.checks" not in text
+    assert "generator=gen" not in text and "case_seed" not in text
+    seed = (course.grading / "judge-seed.txt").read_text().strip()
+    assert f"seed {seed}" not in text and f"seed={seed}" not in text
+    status = course.read_json("status", "wrong_cosine")
+    cases = status["notebooks"][STEM]["judge"]["cases"]
+    failed = {c["case"] for c in cases if not c["passed"]}
+    assert failed and all(c["cell"] == "test_cosine_scores" for c in cases if not c["passed"])
