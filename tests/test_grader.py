@@ -75,7 +75,8 @@ def test_fixture_outcome(batch, student):
         pytest.skip(f"{student} needs filesystem isolation (bubblewrap), which this machine lacks")
     status, points = EXPECTED[student]
     row = batch["grades"][student]
-    assert row["status"] == status, f"{student}: {row['status']} ({row['reason']}), expected {status}"
+    allowed = status if isinstance(status, tuple) else (status,)  # a tuple: the full run's timing decides
+    assert row["status"] in allowed, f"{student}: {row['status']} ({row['reason']}), expected {status}"
     assert float(row["autograded_score"]) == pytest.approx(points), f"{student}: {row['reason']}"
     assert float(row["autograded_max"]) == pytest.approx(FULL)
     if status != "graded":
@@ -97,7 +98,7 @@ def test_csv_has_one_row_per_student_and_reasons(batch):
     assert "not a valid notebook" in grades["corrupt"]["reason"]
     assert "kernel died" in grades["os_exit"]["reason"]
     for student, (status, _) in EXPECTED.items():
-        if status == "review" and student in grades:
+        if "review" in (status if isinstance(status, tuple) else (status,)) and student in grades:
             assert grades[student]["reason"], f"{student} is marked for review without saying why"
     assert "IPython hook" in grades["custom_exc"]["reason"]
     assert "monkeypatch" in grades["patch_at_definition"]["reason"]
@@ -147,11 +148,17 @@ def test_huge_output_is_truncated(batch):
 
 
 def test_feedback_never_shows_hidden_tests(batch):
+    """Neither the judge's cases and references (grader/checks/) nor its probes' inputs
+    (grader/probes/) appear in any feedback page; the notebooks hold no hidden tests any more."""
+    from grader import GRADER_DIR
     from grader.feedback import hidden_lines, leaks_in
 
     course = batch["course"]
-    lines = hidden_lines(course)[STEM]
-    assert lines, "the Task 1 source has hidden tests to look for"
+    assert not hidden_lines(course)[STEM], "the Task 1 source should hold no hidden tests"
+    lines = [ln.strip() for f in (GRADER_DIR / "checks" / f"{STEM}.py", GRADER_DIR / "probes" / f"{STEM}.py")
+             for ln in f.read_text().splitlines()
+             if len(ln.strip()) > 30 and not ln.strip().startswith(("#", '"""', "from ", "import "))]
+    assert lines
     pages = sorted(course.grading.glob(f"feedback/*/ex01/{STEM}.html"))
     assert len(pages) >= 10
     for page in pages:
