@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from utils.lm import build_suite, load_causal_lm, load_masked_lm, suite_manifest
-from utils.model_zoo import SUITES, load_corpus
+from utils.suite_recipes import SUITES
+from utils.suite_training import load_corpus
 from utils.paths import build_dir
 
 VOCAB_ROWS = 50304

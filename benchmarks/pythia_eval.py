@@ -120,7 +120,7 @@ def suite_exponent(suite: str, max_chars: int, device: str) -> dict:
 
     from utils.data import load_text, split_text
     from utils.lm import load_causal_lm, suite_manifest
-    from utils.model_zoo import SUITES
+    from utils.suite_recipes import SUITES
 
     fns = solution_functions()
     manifest, recipe = suite_manifest(suite), SUITES[suite]
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
 
     from utils.device import get_device
     from utils.lm import build_suite, suite_manifest
-    from utils.model_zoo import suite_dir
+    from utils.suite_build import suite_dir
     from utils.paths import build_dir
 
     args.device = args.device or str(get_device())

@@ -15,7 +15,9 @@ and thread count:
   a GPU for ResNet-18 with bf16 autocast and channels-last;
 * with ``--cpu-preset``: the cpu preset notebook executed end to end (papermill) on real CIFAR-10
   from ``--cifar`` (a folder holding cifar-10-batches-py), its wall time and the linear-probe
-  accuracies of SimCLR and of the same encoder with random weights;
+  accuracies of SimCLR and of the same encoder with random weights, both from that one run, and
+  whether the target is met: at least 60 % linear probe, at least 10 points above random weights,
+  at most 15 minutes for the whole notebook;
 * with ``--gpu-preset`` on CUDA: the gpu preset's training time until the linear probe first
   reaches 85 % (probe time excluded), probing every few epochs.
 """
@@ -158,6 +160,11 @@ def bench_training(ns: dict, images: torch.Tensor, encoder_name: str, device: to
 
 
 # ---------------------------------------------------------------------------------- cpu preset run
+CPU_BUDGET_SECONDS = 15 * 60   # the whole notebook, on 2 cores
+CPU_TARGET_ACCURACY = 0.60     # linear probe of the SimCLR encoder on the CIFAR-10 test set
+CPU_TARGET_MARGIN = 0.10       # ... and at least this far above the same encoder with random weights
+
+
 def run_cpu_preset(cifar: str, threads: int) -> dict:
     """Execute the notebook in the cpu preset with a fresh build folder; read its results file."""
     from utils.run_notebooks import execute_notebook
@@ -178,16 +185,29 @@ def run_cpu_preset(cifar: str, threads: int) -> dict:
     wall = time.perf_counter() - start
     results = json.loads((run_dir / "cache" / "simclr" / "results-cpu.json").read_text())
     probe = results["linear_probe"]
+    margin = probe["SimCLR"] - probe["random init"]
+    within_budget = wall <= CPU_BUDGET_SECONDS
+    accuracy_met = probe["SimCLR"] >= CPU_TARGET_ACCURACY
+    margin_met = margin >= CPU_TARGET_MARGIN
     return {
         "wall_seconds_whole_notebook": wall,
-        "budget_seconds": 15 * 60,
-        "within_budget": wall <= 15 * 60,
+        "budget_seconds": CPU_BUDGET_SECONDS,
+        "within_budget": within_budget,
         "simclr_train_seconds": results["simclr_train_seconds"],
+        "encoder": results.get("encoder"),
+        "config": results.get("config"),
         "data": results["data"] + " (CIFAR-10, JPEG-q75 copy when built from ../shared/data)",
         "linear_probe_simclr": probe["SimCLR"],
         "linear_probe_random_init": probe["random init"],
         "linear_probe_supervised": probe["supervised"],
-        "margin_simclr_minus_random": probe["SimCLR"] - probe["random init"],
+        "margin_simclr_minus_random": margin,
+        # The issue's target, all three in the same run: >= 60 % linear probe, >= 10 points above
+        # the same encoder at random initialisation (measured in this run), <= 15 minutes.
+        "target": {"linear_probe_at_least": CPU_TARGET_ACCURACY, "margin_over_random_init_at_least": CPU_TARGET_MARGIN,
+                   "wall_seconds_at_most": CPU_BUDGET_SECONDS},
+        "target_accuracy_met": accuracy_met,
+        "target_margin_met": margin_met,
+        "target_met": accuracy_met and margin_met and within_budget,
         "knn": results["knn"],
         "alignment_uniformity": results["alignment_uniformity"],
         "ablation": results["ablation"],
@@ -288,9 +308,16 @@ def main(argv=None) -> int:
         print("running the cpu preset notebook end to end (at most 15 minutes on 2 cores) ...", flush=True)
         report["cpu_preset"] = run_cpu_preset(args.cifar, args.threads)
         c = report["cpu_preset"]
-        print(f"cpu preset: {c['wall_seconds_whole_notebook']:.0f} s for the whole notebook; linear probe SimCLR "
+        print(f"cpu preset: {c['wall_seconds_whole_notebook']:.0f} s for the whole notebook "
+              f"({c['simclr_train_seconds']:.0f} s of SimCLR training); linear probe SimCLR "
               f"{100 * c['linear_probe_simclr']:.1f} % vs random init {100 * c['linear_probe_random_init']:.1f} % "
-              f"(supervised {100 * c['linear_probe_supervised']:.1f} %)")
+              f"(same run; supervised {100 * c['linear_probe_supervised']:.1f} %)")
+        met = lambda ok: "met" if ok else "NOT met"  # noqa: E731
+        print(f"cpu preset target: linear probe >= {100 * CPU_TARGET_ACCURACY:.0f} %: {met(c['target_accuracy_met'])} "
+              f"({100 * c['linear_probe_simclr']:.1f} %); >= {100 * CPU_TARGET_MARGIN:.0f} points above random init: "
+              f"{met(c['target_margin_met'])} ({100 * c['margin_simclr_minus_random']:+.1f} points); "
+              f"<= {CPU_BUDGET_SECONDS // 60} min: {met(c['within_budget'])} ({c['wall_seconds_whole_notebook']:.0f} s) "
+              f"-> target {met(c['target_met'])}")
     if args.gpu_preset:
         if not torch.cuda.is_available():
             report["gpu_preset"] = "not measured: no CUDA device in this run"

@@ -2,6 +2,8 @@
 
 Verbs:
   release              regenerate notebooks/ex01 (the student release) from solutions/ex01
+  bundle               write build/bundle/ex01-student/ and its zip: what a lecturer hands out
+                       (release notebooks, utils/, data/, its own README, packaging and pack.sh)
   collect PATH         import submissions (zips named by student id, student folders, or
                        <student>__<notebook>.ipynb files) into grading/submitted/
   autograde            grade everyone (or --student ID), --workers N in parallel, each notebook in
@@ -67,6 +69,20 @@ def cmd_release(args) -> int:
     names = sorted(p.name for p in dest.glob("*.ipynb"))
     print(table([[n, "ok"] for n in names], ["notebook", "hidden tests / solutions leaked"]))
     print(f"released {len(names)} notebooks to {dest} (checked: no solution or hidden-test markers)")
+    return 0
+
+
+def cmd_bundle(args) -> int:
+    from .bundle import build_bundle, load_config
+
+    config = load_config()
+    folder, archive = build_bundle(Path(args.out) if args.out else None, pack_url=args.pack_url, config=config)
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    url = config.pack_url if args.pack_url is None else args.pack_url
+    print(f"bundle: {folder} ({len(files)} files; checked: no solution block in any file)")
+    print(f"zip:    {archive} ({archive.stat().st_size / 1e6:.1f} MB)")
+    print(f"pack URL in every setup cell: {url or '(none: set pack_url in grader/bundle.toml or pass --pack-url)'}")
+    print(f"lecturer's notes (Open in Colab links): {archive.parent / 'LECTURER.md'}")
     return 0
 
 
@@ -154,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", help=argparse.SUPPRESS)  # another nbgrader source folder (tests)
     sub = parser.add_subparsers(dest="verb", required=True)
     sub.add_parser("release", help="regenerate notebooks/ex01 from solutions/ex01")
+    p = sub.add_parser("bundle", help="write the student bundle (folder and zip) under build/bundle")
+    p.add_argument("--out", help="output folder (default build/bundle)")
+    p.add_argument("--pack-url", help="URL (or local path) of the zip for Colab setup cells (default: grader/bundle.toml)")
     p = sub.add_parser("collect", help="import submissions from a folder")
     p.add_argument("path")
     p = sub.add_parser("autograde", help="grade all (or some) students")
@@ -173,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--notebook", action="append", help="only this notebook stem (repeatable)")
     p.add_argument("--seeds", type=int, default=20, help="input seeds 0..N-1 (every mutant must lose on each)")
     args = parser.parse_args(argv)
-    handler = {"release": cmd_release, "collect": cmd_collect, "autograde": cmd_autograde, "export": cmd_export,
+    handler = {"release": cmd_release, "bundle": cmd_bundle, "collect": cmd_collect, "autograde": cmd_autograde, "export": cmd_export,
                "feedback": cmd_feedback, "mutants": cmd_mutants}[args.verb]
     try:
         return handler(args)

@@ -181,7 +181,7 @@ def grade_notebook(course: Course, student: str, notebook: str, settings: Settin
     if prepared.tampered:
         result.status = "tampered"
     result.reasons += prepared.tampered + prepared.notes
-    _audit(prepared.notebook, notebook, result)
+    _audit(prepared.notebook, notebook, result, course.release / f"{notebook}.ipynb")
 
     scratch = Path(tempfile.mkdtemp(prefix=f"{student}-{notebook}-", dir=workroot))
     result.scratch = scratch
@@ -197,14 +197,47 @@ def grade_notebook(course: Course, student: str, notebook: str, settings: Settin
     return result
 
 
-def _audit(nb: dict, notebook: str, result: NotebookResult) -> None:
-    """The static audit: suspicious code keeps its points but asks a TA to look (status review)."""
+def _instructor_cells_as_released(nb: dict, release_path: Path) -> set[str]:
+    """grade_ids of the locked cells (setup, given code, tests) whose source is the release's own
+    (the Colab pack URL line aside): the instructor's code, which the audit need not flag (nbgrader
+    restores locked cells anyway; an edited one is still audited and reported as tampering)."""
+    from .bundle import without_pack_url
+
+    try:
+        release = json.loads(release_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+
+    def src(cell):
+        text = cell.get("source", "")
+        return without_pack_url("".join(text) if isinstance(text, list) else str(text)).strip()
+
+    locked = {c["metadata"]["nbgrader"]["grade_id"]: src(c) for c in release.get("cells", [])
+              if c.get("metadata", {}).get("nbgrader", {}).get("locked") and c["metadata"]["nbgrader"].get("grade_id")}
+    same = set()
+    for cell in nb.get("cells", []):
+        meta = cell.get("metadata", {}) if isinstance(cell, dict) else {}
+        gid = meta.get("nbgrader", {}).get("grade_id") if isinstance(meta.get("nbgrader"), dict) else None
+        if gid in locked and src(cell) == locked[gid]:
+            same.add(gid)
+    return same
+
+
+def _audit(nb: dict, notebook: str, result: NotebookResult, release_path: Path | None = None) -> None:
+    """The static audit: suspicious code keeps its points but asks a TA to look (status review).
+    Locked cells exactly as released are the instructor's and are not audited."""
     try:
         from .audit import audit_notebook, summarise
     except ImportError:  # pragma: no cover - the audit module ships with the grader
         return
     try:
-        findings = audit_notebook(nb)
+        answer_ids = None
+        if release_path is not None:
+            skip = _instructor_cells_as_released(nb, release_path)
+            ids = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in nb.get("cells", [])
+                   if isinstance(c, dict) and isinstance(c.get("metadata", {}).get("nbgrader"), dict)}
+            answer_ids = {i for i in ids if isinstance(i, str)} - skip
+        findings = audit_notebook(nb, answer_ids)
     except Exception as exc:  # noqa: BLE001 - an audit that trips is itself worth a look
         result.reasons.append(f"{notebook}: the static audit failed ({exc.__class__.__name__}); look at it by hand")
         result.status = "review" if result.status == "graded" else result.status

@@ -22,6 +22,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .bundle import without_pack_url
+
 MAX_NOTEBOOK_BYTES = 64 * 1024 ** 2
 MAX_CELLS = 5_000         # the assignment notebooks have under 100
 MAX_OUTPUTS = 20_000      # validating 20,000 outputs takes about 3 s
@@ -164,7 +166,8 @@ def prepare(path: Path, release_path: Path) -> Prepared:
             continue
         seen.add(gid)
         original = released[gid]
-        if _meta(original).get("locked") and _source(cell).strip() != _source(original).strip():
+        if _meta(original).get("locked") and \
+                without_pack_url(_source(cell)).strip() != without_pack_url(_source(original)).strip():
             out.tampered.append(f"edited locked cell {gid} (restored)")
         if _meta(cell) != _meta(original) and not _meta(original).get("locked"):
             # e.g. an answer cell that claims points: nbgrader resets the metadata from the gradebook

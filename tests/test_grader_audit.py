@@ -812,3 +812,26 @@ def test_one_huge_cell():
     findings = audit_source(big, "big")
     assert time.process_time() - start < 2
     assert [(f.line, f.what) for f in findings] == [(1, "oversized code"), (2, "native code"), (3, "setattr")]
+
+
+def test_locked_cells_as_released_are_not_audited_but_edited_ones_are(tmp_path):
+    """The release's own setup cell (with its Colab bootstrap: pip, sys.modules) is the instructor's
+    code and flags nothing; the same cell edited by a student is audited like any other."""
+    import copy
+    import json
+
+    from grader import ROOT
+    from grader.autograde import NotebookResult, _audit
+
+    release_path = ROOT / "notebooks" / "ex01" / "task1_infonce.ipynb"
+    release = json.loads(release_path.read_text())
+    fresh = NotebookResult("student", "task1_infonce")
+    _audit(copy.deepcopy(release), "task1_infonce", fresh, release_path)
+    assert fresh.status == "graded" and not fresh.audit, fresh.reasons
+
+    edited = copy.deepcopy(release)
+    setup = next(c for c in edited["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "setup")
+    setup["source"] = "".join(setup["source"]) + "\nimport ctypes\n"
+    flagged = NotebookResult("student", "task1_infonce")
+    _audit(edited, "task1_infonce", flagged, release_path)
+    assert flagged.status == "review" and any("ctypes" in a for a in flagged.audit), flagged.audit

@@ -1,8 +1,11 @@
-"""The miniature Pythia suite (utils/model_zoo.py) and the one loading path (utils/lm.py)."""
+"""The miniature Pythia suite (utils/suite_recipes.py, suite_training.py, suite_build.py) and the one loading
+path (utils/lm.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import json
 import math
 
@@ -12,9 +15,10 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from conftest_lm import micro_suite  # noqa: F401  (session fixture; also usable by other files)
-from utils import lm, model_zoo
+from utils import lm, suite_build
 from utils.lm import HubUnavailableError, load_causal_lm, load_masked_lm, load_tokenizer, suite_manifest
-from utils.model_zoo import SUITES, ModelSize, load_corpus
+from utils.suite_recipes import SUITES, ModelSize
+from utils.suite_training import load_corpus
 
 VOCAB_ROWS = 50304
 
@@ -176,26 +180,33 @@ def test_cache_is_keyed_on_the_recipe_and_builds_are_deterministic(monkeypatch, 
     )
     monkeypatch.setenv("LAS_BUILD_DIR", str(tmp_path))
     monkeypatch.setitem(SUITES, "tiny", tiny)
-    folder = model_zoo.build("tiny", progress=False)
+    with contextlib.redirect_stdout(io.StringIO()) as said:
+        folder = suite_build.build("tiny", progress=False)
+    assert said.getvalue().startswith("First use of the miniature model suite 'tiny': training 1 mini-pythia model ")
     name = suite_manifest("tiny", build=False)["models"][0]["name"]
     weights = folder / name / "step4" / "model.safetensors"
     first = load_file(weights)
     stamp = weights.stat().st_mtime_ns
-    assert model_zoo.build("tiny", progress=False) == folder
+    with contextlib.redirect_stdout(io.StringIO()) as said:
+        assert suite_build.build("tiny", progress=False) == folder
+    assert said.getvalue() == "", "a cached suite loads silently"
     assert weights.stat().st_mtime_ns == stamp, "an unchanged recipe must not retrain"
-    model_zoo.build("tiny", force=True, progress=False)
+    suite_build.build("tiny", force=True, progress=False)
     second = load_file(weights)
     assert all(torch.equal(first[k], second[k]) for k in first), "seeded builds must be bit-identical"
     bert_stamp = (folder / "mini-bert" / "model.safetensors").stat().st_mtime_ns
     monkeypatch.setitem(SUITES, "tiny", dataclasses.replace(tiny, sizes=(ModelSize(8, 1, 1, 1e-3),)))
-    model_zoo.build("tiny", progress=False)
+    with contextlib.redirect_stdout(io.StringIO()) as said:
+        suite_build.build("tiny", progress=False)
+    assert said.getvalue().startswith("Rebuilding part of the miniature model suite 'tiny': training 1 mini-pythia "
+                                      "model (4 training steps and 4 checkpoints each) on")
     third = load_file(weights)
     assert not all(torch.equal(first[k], third[k]) for k in first), "a changed recipe must retrain"
     assert (folder / "mini-bert" / "model.safetensors").stat().st_mtime_ns == bert_stamp
     causal_stamp = weights.stat().st_mtime_ns
     monkeypatch.setitem(SUITES, "tiny", dataclasses.replace(SUITES["tiny"], bert_steps=3, bert_context=16,
                                                             mask_probability=0.4))
-    model_zoo.build("tiny", progress=False)
+    suite_build.build("tiny", progress=False)
     assert weights.stat().st_mtime_ns == causal_stamp, "tuning mini-bert must not retrain the causal models"
     assert (folder / "mini-bert" / "model.safetensors").stat().st_mtime_ns != bert_stamp
     bert = suite_manifest("tiny", build=False)["bert"]
@@ -214,9 +225,124 @@ def test_a_built_suite_loads_from_a_read_only_cache(micro_suite, monkeypatch):
             raise OSError(errno.EROFS, "Read-only file system", str(path))
         return builtins.open(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr(model_zoo, "open", read_only_open, raising=False)
-    assert model_zoo.build("micro", progress=False) == micro_suite
-    monkeypatch.setattr(model_zoo.os, "access", lambda path, mode: False)
-    monkeypatch.setattr(model_zoo, "_is_cached", lambda *a, **k: False)
-    with pytest.raises(RuntimeError, match="python -m utils.lm build micro"):
-        model_zoo.build("micro", progress=False)
+    monkeypatch.setattr(suite_build, "open", read_only_open, raising=False)
+    assert suite_build.build("micro", progress=False) == micro_suite
+    monkeypatch.setattr(suite_build.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(suite_build, "_is_cached", lambda *a, **k: False)
+    with pytest.raises(RuntimeError, match="python -m utils.suite_build build micro"):
+        suite_build.build("micro", progress=False)
+
+
+# ------------------------------------------------------------------------------- mini-bert's corruption
+def test_mini_bert_corruption_masks_every_chosen_position_and_is_not_80_10_10():
+    from utils.suite_training import mask_for_training
+
+    windows = torch.randint(0, 1000, (64, 32), generator=torch.Generator().manual_seed(0))
+    inputs, chosen = mask_for_training(windows, 0.4, 50277, torch.Generator().manual_seed(1))
+    assert chosen.dtype == torch.bool and chosen.shape == inputs.shape == windows.shape
+    assert (inputs[chosen] == 50277).all(), "every chosen position must become the mask token (100/0/0)"
+    assert torch.equal(inputs[~chosen], windows[~chosen]), "positions not chosen stay as they are"
+    assert chosen.any(dim=1).all(), "every row needs at least one target"
+    assert 0.35 < chosen.float().mean().item() < 0.45
+    none = mask_for_training(windows, 0.0, 50277, torch.Generator().manual_seed(2))[1]
+    assert (none.sum(dim=1) == 1).all(), "with probability 0 exactly one position per row is still chosen"
+
+
+# ------------------------------------------------------------------------------------ the cpu suite
+def test_the_cpu_presets_use_the_small_suite_and_it_has_what_the_notebooks_need():
+    from conftest import SOLUTIONS
+
+    from utils.suite_recipes import model_entries
+
+    small, default = SUITES["small"], SUITES["default"]
+    assert len(small.sizes) >= 4, "Task B fits E + (N_c/N)^alpha, which needs at least 4 sizes"
+    assert len(small.checkpoint_steps()) >= 10, "Task B's cpu preset plots 10 checkpoints"
+    assert len(small.sizes) * small.total_steps < len(default.sizes) * default.total_steps
+    assert small.bert.d_model < default.bert.d_model and small.bert.n_layers <= default.bert.n_layers
+    shapes = [(e["d_model"], e["n_layers"]) for e in model_entries(small)]
+    assert (small.bert.d_model, small.bert.n_layers) in shapes, "Task 2 compares mini-bert with its causal twin"
+    for notebook, key in (("task2_pseudo_likelihood.ipynb", 'dict(suite="small"'),
+                          ("taskB_pythia_scaling.ipynb", 'dict(mini_suite="small"')):
+        setup = next(c for c in json.loads((SOLUTIONS / notebook).read_text(encoding="utf-8"))["cells"]
+                     if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "setup")
+        source = "".join(setup["source"])
+        assert f'"cpu":   {key}' in source or f'"cpu": {key}' in source, notebook
+
+
+# ---------------------------------------------------------------------------- first use explains itself
+FIRST_USE = "First use of the miniature model suite 'micro'"
+
+
+class _StopBuild(Exception):
+    """Raised by a stand-in training function to end a build once the ordering is checked."""
+
+
+def _cells(notebook: str, grade_ids: tuple[str, ...]) -> list[str]:
+    """Sources of the notebook's parameters cell and of the cells with ``grade_ids``, in notebook order."""
+    from conftest import SOLUTIONS
+
+    cells = json.loads((SOLUTIONS / notebook).read_text(encoding="utf-8"))["cells"]
+    keep = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])
+            or c.get("metadata", {}).get("nbgrader", {}).get("grade_id") in grade_ids]
+    assert len(keep) == 1 + len(grade_ids), notebook
+    return ["".join(c["source"]) for c in keep]
+
+
+def _run_first_use(notebook, grade_ids, monkeypatch, tmp_path):
+    """Run the notebook's parameters, setup and model cells in the smoke preset against an empty
+    cache, recording what had been printed when the build timed its first step and when it started
+    training its first model, where the build is stopped (seconds; the whole build is covered by the
+    micro_suite fixture and the caching test). Returns (recorded outputs, whole output, namespace)."""
+    import contextlib
+    import io
+
+    from utils import suite_training
+
+    monkeypatch.setenv("LAS_BUILD_DIR", str(tmp_path))
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    out = io.StringIO()
+    seen = {}
+    real_probe = suite_training.time_causal_step
+
+    def probe(*args, **kwargs):
+        seen.setdefault("first timed step", out.getvalue())
+        return real_probe(*args, **kwargs)
+
+    def train(*args, **kwargs):
+        seen.setdefault("first training step", out.getvalue())
+        raise _StopBuild
+
+    monkeypatch.setattr(suite_training, "time_causal_step", probe)
+    monkeypatch.setattr(suite_training, "train_causal", train)
+    params, *cells = _cells(notebook, grade_ids)
+    ns = {}
+    with contextlib.redirect_stdout(out):
+        exec(compile(params, "<parameters>", "exec"), ns)
+        ns["PRESET"], ns["MODEL_SUITE"] = "smoke", "mini"
+        with pytest.raises(_StopBuild):
+            for i, source in enumerate(cells):
+                exec(compile(source, f"<{notebook} {grade_ids[i]}>", "exec"), ns)
+    return seen, out.getvalue(), ns
+
+
+def _assert_explains_itself(seen: dict, tmp_path) -> None:
+    before_probe, before_training = seen["first timed step"], seen["first training step"]
+    assert FIRST_USE in before_probe, f"nothing said before the first timed step:\n{before_probe}"
+    assert "3 mini-pythia models" in before_probe and "mini-bert" in before_probe
+    assert "This happens once" in before_probe and str(tmp_path / "cache" / "model_zoo" / "micro") in before_probe
+    assert " MB on disk" in before_probe or " GB on disk" in before_probe
+    assert "Estimated time on this machine" in before_training, f"no estimate before training:\n{before_training}"
+
+
+@pytest.mark.slow
+def test_task2_first_use_says_what_it_builds_before_training(monkeypatch, tmp_path):
+    seen, output, _ = _run_first_use("task2_pseudo_likelihood.ipynb", ("setup", "models"), monkeypatch, tmp_path)
+    _assert_explains_itself(seen, tmp_path)
+    assert output.index("Preset: smoke") < output.index(FIRST_USE) and output.count(FIRST_USE) == 1
+
+
+@pytest.mark.slow
+def test_taskB_first_use_says_what_it_builds_before_training(monkeypatch, tmp_path):
+    seen, output, _ = _run_first_use("taskB_pythia_scaling.ipynb", ("setup", "data_setup"), monkeypatch, tmp_path)
+    _assert_explains_itself(seen, tmp_path)
+    assert output.index("Preset: smoke") < output.index(FIRST_USE) and output.count(FIRST_USE) == 1

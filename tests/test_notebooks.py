@@ -1,9 +1,11 @@
 """Every notebook, end to end: the solution executes cleanly in the smoke preset and earns full
 marks; the unmodified student release earns zero on every autograded cell; the release committed
-in notebooks/ is exactly what nbgrader generates from solutions/."""
+in notebooks/ is exactly what nbgrader generates from solutions/; every visible test cell says what
+failed (assert messages with the actual values) and what passed (a final print)."""
 
 from __future__ import annotations
 
+import ast
 import json
 
 import pytest
@@ -85,3 +87,40 @@ def test_one_parameters_cell_with_auto_preset(notebook):
     params = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(params) == 1, f"{notebook} needs exactly one cell tagged 'parameters'"
     assert 'PRESET = "auto"' in "".join(params[0]["source"])
+
+
+def visible_test_cells(folder):
+    """(notebook, grade_id, source) of every autograded test cell the student sees (grade, not solution)."""
+    for nb in sorted(folder.glob("*.ipynb")):
+        for cell in json.loads(nb.read_text(encoding="utf-8"))["cells"]:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if cell["cell_type"] == "code" and meta.get("grade") and not meta.get("solution"):
+                source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+                yield nb.stem, meta["grade_id"], source
+
+
+def silent_checks(source: str) -> list[str]:
+    """What keeps a test cell from talking: an assert without a message built from the actual values
+    (an f-string), or a last statement that is not the print(...) saying what passed."""
+    tree = ast.parse(source)
+    problems = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assert):
+            if node.msg is None:
+                problems.append(f"line {node.lineno}: assert without a message")
+            elif not any(isinstance(n, ast.FormattedValue) for n in ast.walk(node.msg)):
+                problems.append(f"line {node.lineno}: assert message shows no actual value (use an f-string)")
+    last = tree.body[-1] if tree.body else None
+    if not (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
+            and isinstance(last.value.func, ast.Name) and last.value.func.id == "print"):
+        problems.append("the last statement is not a print(...) of what passed")
+    return problems
+
+
+@pytest.mark.parametrize("folder", [SOLUTIONS, RELEASE], ids=["solutions", "release"])
+def test_visible_test_cells_say_what_failed_and_what_passed(folder):
+    """A wrong answer shows what was expected and what came; a right one prints what passed."""
+    cells = list(visible_test_cells(folder))
+    assert cells, f"no visible test cell in {folder}"
+    problems = [f"{nb}:{gid}: {p}" for nb, gid, source in cells for p in silent_checks(source)]
+    assert not problems, "silent test cells:\n  " + "\n  ".join(problems)

@@ -9,6 +9,7 @@ in test_notebooks.py.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 
@@ -150,3 +151,149 @@ def test_benchmark_functions_run(ns):
                                     encoder_name="tiny_cnn", epochs=2, batch_size=32, autocast_dtype=None,
                                     channels_last=False, probe_every=1, probe_epochs=2, target=0.0)
     assert result["epochs_to_target"] == 1 and len(result["curve"]) == 2
+
+
+# ---------------------------------------------------------------- a read-only cache (grading)
+@pytest.fixture
+def read_only(monkeypatch):
+    """``read_only(folder)`` makes ``folder`` behave like the grading sandbox's read-only ``build/cache``
+    mount: chmod 555, and, since chmod does not stop root, every write below it (open for writing,
+    mkdir, rename) also raises OSError(EROFS, "Read-only file system")."""
+    import builtins
+    import errno
+    import io
+    import os
+    from pathlib import Path
+
+    roots = []
+    real_open, real_mkdir, real_replace = builtins.open, os.mkdir, os.replace
+
+    def inside(path) -> bool:
+        try:
+            path = Path(os.fspath(path)).resolve()
+        except TypeError:  # a file descriptor
+            return False
+        return any(path.is_relative_to(root) for root in roots)
+
+    def refuse(path):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    def ro_open(file, mode="r", *args, **kwargs):
+        if any(c in mode for c in "wax+") and inside(file):
+            refuse(file)
+        return real_open(file, mode, *args, **kwargs)
+
+    def ro_mkdir(path, *args, **kwargs):
+        if inside(path):
+            if Path(path).exists():
+                raise FileExistsError(errno.EEXIST, "File exists", str(path))
+            refuse(path)
+        return real_mkdir(path, *args, **kwargs)
+
+    def ro_replace(src, dst, *args, **kwargs):
+        if inside(src) or inside(dst):
+            refuse(dst)
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", ro_open)
+    monkeypatch.setattr(io, "open", ro_open)
+    monkeypatch.setattr(os, "mkdir", ro_mkdir)
+    monkeypatch.setattr(os, "replace", ro_replace)
+
+    def make(folder: Path) -> Path:
+        folder.chmod(0o555)
+        roots.append(folder.resolve())
+        return folder
+
+    yield make
+    for root in roots:
+        root.chmod(0o755)
+
+
+def test_save_results_writes_json(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAS_BUILD_DIR", str(tmp_path))
+    path = vision.save_results("results-smoke", {"preset": "smoke", "probe": torch.tensor(0.5).item()})
+    assert path == tmp_path / "cache" / "simclr" / "results-smoke.json"
+    assert json.loads(path.read_text()) == {"preset": "smoke", "probe": 0.5}
+    assert not list(path.parent.glob("*.tmp"))
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["simclr-folder-exists", "no-simclr-folder"])
+def test_save_results_on_a_read_only_cache_prints_one_line(tmp_path, monkeypatch, capsys, read_only, existing):
+    """The grading sandbox mounts build/cache read-only (with or without a simclr/ folder in it)."""
+    build = tmp_path / "build"
+    (build / "cache" / ("simclr" if existing else "")).mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("LAS_BUILD_DIR", str(build))
+    read_only(build / "cache")
+    assert vision.save_results("results-smoke", {"preset": "smoke"}) is None
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "Results not saved" in out and "Read-only file system" in out
+    assert "results-smoke.json" in out and not (build / "cache" / "simclr" / "results-smoke.json").exists()
+
+
+def _solution_cells() -> list[str]:
+    from grader.checks.taskA_simclr import _SOLUTION
+
+    return json.loads(_SOLUTION.read_text(encoding="utf-8"))["cells"]
+
+
+def test_notebook_last_cell_survives_a_read_only_cache(tmp_path, monkeypatch, capsys, read_only):
+    """Task A's last cell, run as in the grading sandbox with build/cache mounted read-only."""
+    import pandas as pd
+
+    (last,) = ["".join(c["source"]) for c in _solution_cells()
+               if c["cell_type"] == "code" and "vision.save_results(" in "".join(c["source"])]
+    (tmp_path / "cache").mkdir()
+    monkeypatch.setenv("LAS_BUILD_DIR", str(tmp_path))
+    read_only(tmp_path / "cache")
+    ns = {"vision": vision, "preset": "smoke", "train_set": type("S", (), {"source": "synthetic"})(),
+          "describe_device": str, "device": "cpu", "cfg": type("C", (), {"encoder": "tiny_cnn", "knn_k": 20})(),
+          "train_seconds": 1.0, "history": {"resumed_from": None, "eval": [{"epoch": 1, "knn": 0.5}]},
+          "probe_rows": {"SimCLR": {"linear probe (%)": 50.0, "kNN, k=20 (%)": 40.0}},
+          "au": pd.DataFrame({"alignment": [1.0], "uniformity": [-2.0]}, index=["SimCLR"]),
+          "ablation": pd.DataFrame([{"temperature": 0.5, "batch size": 32}])}
+    exec(last, ns)
+    out = capsys.readouterr().out
+    assert "Results not saved" in out and "Read-only file system" in out
+
+
+def test_train_loop_trains_on_when_checkpoints_cannot_be_written(tmp_path, monkeypatch, capsys, read_only):
+    (tmp_path / "cache").mkdir()
+    monkeypatch.setenv("LAS_BUILD_DIR", str(tmp_path))
+    read_only(tmp_path / "cache")
+    path = vision.checkpoint_path("toy", {"toy": 1})  # the cache folder cannot be created: no error
+    assert path.parent == tmp_path / "cache" / "simclr" and not path.parent.exists()
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(batch, _labels):
+        loss = model(batch.float().flatten(1)).pow(2).mean()
+        opt.zero_grad(), loss.backward(), opt.step()
+        return loss.detach()
+
+    history = vision.train_loop(step, {"m": model}, opt, torch.ones(8, 3, 1, 1, dtype=torch.uint8), epochs=3,
+                                batch_size=4, checkpoint=path, config={"toy": 1}, desc="toy")
+    assert len(history["epoch_loss"]) == 3 and history["resumed_from"] is None
+    out = capsys.readouterr().out
+    assert out.count("Checkpoint not saved") == 1 and "Read-only file system" in out
+    assert vision.load_checkpoint(path) is None
+
+
+def test_save_checkpoint_still_raises_and_leaves_no_temporary_file(tmp_path, read_only):
+    folder = read_only(tmp_path)
+    with pytest.raises(OSError):
+        vision.save_checkpoint(folder / "x.pt", epoch=1)
+    assert list(folder.iterdir()) == []
+
+
+# ------------------------------------------------------- no graded skeleton in the students' utils
+def test_utils_hand_out_no_training_step_and_the_baseline_defines_its_own_after_the_graded_one():
+    assert not hasattr(vision, "supervised_step_fn")
+    cells = _solution_cells()
+    sources = ["".join(c["source"]) for c in cells]
+    graded = next(i for i, c in enumerate(cells)
+                  if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "simclr_train_step")
+    baseline = next(i for i, s in enumerate(sources) if "def train_supervised(" in s)
+    assert baseline > graded and not cells[baseline].get("metadata", {}).get("nbgrader", {}).get("grade")
+    assert "step_fn" not in sources[baseline] and "def step(" in sources[baseline]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 
 import numpy as np
@@ -215,3 +216,146 @@ def test_sharp_probe_model_separates_a_window_one_token_off(solution):
         ref = PROBES["eval_windows"].fn(_Names(solution), torch.Generator().manual_seed(seed))["loglikelihood"]
         got = PROBES["eval_windows"].fn(_Names(wrong), torch.Generator().manual_seed(seed))["loglikelihood"]
         assert abs(got - ref) > 10 * LOGLIK_RTOL * abs(ref), f"seed {seed}: the model is not sharp enough"
+
+
+# -------------------------------------------------------- the smoke preset with the hub suite
+def _smoke_pythia_selection() -> tuple[list[str], list[int]]:
+    """(pythia_sizes, pythia_steps) of the smoke preset, read from the setup cell's preset table."""
+    import ast
+
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    setup = next("".join(c["source"]) for c in cells
+                 if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "setup")
+    for node in ast.walk(ast.parse(setup)):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values):
+                if isinstance(key, ast.Constant) and key.value == "smoke" and isinstance(value, ast.Call):
+                    kw = {k.arg: k.value for k in value.keywords}
+                    return ast.literal_eval(kw["pythia_sizes"]), ast.literal_eval(kw["pythia_steps"])
+    raise AssertionError("no smoke preset with pythia_sizes / pythia_steps in the setup cell")
+
+
+@pytest.fixture(scope="module")
+def fake_hub(tmp_path_factory):
+    """A Hugging Face hub cache (``$HF_HUB_CACHE`` layout: models--EleutherAI--pythia-<size>/refs/step<N>
+    -> snapshots/<commit>/) holding tiny random GPT-NeoX models under the names and revisions the smoke
+    preset asks for, with the pack's tokenizer. With ``HF_HUB_OFFLINE=1`` utils.lm loads them as it
+    would load the real checkpoints from the cache."""
+    import hashlib
+
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from utils.lm import load_tokenizer
+
+    sizes, steps = _smoke_pythia_selection()
+    root = tmp_path_factory.mktemp("hf-hub")
+    tokenizer = load_tokenizer()
+    for k, size in enumerate(sizes):
+        repo = root / f"models--EleutherAI--pythia-{size}"
+        (repo / "refs").mkdir(parents=True)
+        for j, step in enumerate(steps):
+            torch.manual_seed(100 * k + j)
+            hidden = 16 * (k + 1)  # a larger model for every size, as on the hub
+            config = GPTNeoXConfig(vocab_size=50304, hidden_size=hidden, num_hidden_layers=1 + (k > 0),
+                                   num_attention_heads=2, intermediate_size=4 * hidden, max_position_embeddings=128,
+                                   rotary_pct=0.25, tie_word_embeddings=False, bos_token_id=0, eos_token_id=0)
+            commit = hashlib.sha1(f"{size}@{step}".encode()).hexdigest()
+            GPTNeoXForCausalLM(config).save_pretrained(repo / "snapshots" / commit)
+            tokenizer.save_pretrained(repo / "snapshots" / commit)
+            (repo / "refs" / f"step{step}").write_text(commit)
+    return root
+
+
+@pytest.mark.slow
+def test_smoke_preset_with_the_hub_suite_runs_end_to_end(fake_hub, tmp_path, monkeypatch):
+    """MODEL_SUITE = "hub" in the smoke preset: 3 sizes x 2 steps leave too few points past 1 % of
+    training for the Chinchilla fit, which the notebook then skips with a note instead of crashing."""
+    import papermill as pm
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(fake_hub))
+    monkeypatch.setenv("LAS_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    out = tmp_path / "taskB.ipynb"
+    pm.execute_notebook(str(NOTEBOOK), str(out), parameters={"PRESET": "smoke", "MODEL_SUITE": "hub"},
+                        cwd=str(NOTEBOOK.parent), kernel_name="python3", progress_bar=False)
+    executed = json.loads(out.read_text(encoding="utf-8"))
+    text = "".join("".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
+    assert not [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert "Model suite: hub" in text and "Models (Pythia (hub)): EleutherAI/pythia-" in text
+    assert "Chinchilla fit skipped" in text
+
+
+def _chinchilla_cell() -> str:
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    (source,) = ["".join(c["source"]) for c in cells if c["cell_type"] == "code" and "scaling.fit_chinchilla(" in "".join(c["source"])]
+    return source
+
+
+@pytest.mark.parametrize("steps,fits", [([1000, 143000], False), ([2000, 143000], True), ([4000, 66000, 143000], True)])
+def test_chinchilla_cell_fits_or_skips_with_a_note(solution, tmp_path, monkeypatch, capsys, steps, fits):
+    """The notebook's loss-against-compute cell on results shaped like the smoke preset's with the hub
+    suite (3 sizes): too few points past 1 % of training -> a printed note, never a traceback."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from utils import scaling
+    from utils.plotting import save_figure
+
+    monkeypatch.setenv("LAS_BUILD_DIR", str(tmp_path))
+    models = ["EleutherAI/pythia-14m", "EleutherAI/pythia-31m", "EleutherAI/pythia-70m"]
+    params = {m: p for m, p in zip(models, (14_067_712, 30_494_720, 70_426_624))}
+    rows = [{"model": m, "step": s, "params": params[m], "non_embedding_params": params[m] // 4,
+             "nll_per_token": 2.0 + 50 / params[m] ** 0.3 + 400 / (s * scaling.PYTHIA_TOKENS_PER_STEP) ** 0.3}
+            for m in models for s in steps]
+    seen = pd.DataFrame(rows)
+    seen["D"] = solution["tokens_seen"](seen["step"].to_numpy(dtype=np.int64))
+    seen["C"] = solution["training_compute"](seen["non_embedding_params"].to_numpy(), seen["D"].to_numpy())
+    shown = []
+    ns = {"plt": plt, "np": np, "pd": pd, "scaling": scaling, "save_figure": save_figure, "display": shown.append,
+          "seen": seen, "suite_label": "Pythia (hub)", "use_pythia": True, "preset": "smoke", "models": models,
+          "steps": steps}
+    exec(_chinchilla_cell(), ns)
+    plt.close("all")
+    out = capsys.readouterr().out
+    if fits:
+        assert ns["chinchilla"]["alpha"] > 0 and shown and "fit quality" in out
+    else:
+        assert ns["chinchilla"] is None and not shown
+        assert "Chinchilla fit skipped" in out and f"at least {scaling.CHINCHILLA_MIN_POINTS}" in out
+
+
+def test_fit_chinchilla_names_its_minimum():
+    from utils.scaling import CHINCHILLA_MIN_POINTS, fit_chinchilla
+
+    with pytest.raises(ValueError, match=f"at least {CHINCHILLA_MIN_POINTS}"):
+        fit_chinchilla([1e6, 2e6, 4e6], [1e9, 1e9, 1e9], [3.0, 2.9, 2.8])
+
+
+def test_a_hub_checkpoint_loads_spread_by_accelerate_with_device_map(fake_hub, tmp_path):
+    """`load_causal_lm(..., device_map="auto")` (how 6.9b and 12b load over several GPUs) goes through
+    accelerate: here, without a GPU, every layer lands on the CPU and the model still scores text.
+    (A subprocess: the hub cache location is read when huggingface_hub is imported.)"""
+    import subprocess
+    import sys
+
+    sizes, steps = _smoke_pythia_selection()
+    code = (
+        "import torch, transformers\nfrom utils import lm\n"
+        "seen = []\nreal = transformers.AutoModelForCausalLM.from_pretrained.__func__\n"
+        "def spy(cls, *a, **k):\n    seen.append(k.get('device_map'))\n    return real(cls, *a, **k)\n"
+        "transformers.AutoModelForCausalLM.from_pretrained = classmethod(spy)\n"
+        f"model, tok = lm.load_causal_lm('EleutherAI/pythia-{sizes[0]}', {steps[-1]}, device_map='auto')\n"
+        "ids = torch.tensor([tok('to be or not to be')['input_ids']])\n"
+        "loss = model(ids, labels=ids).loss\n"
+        "placed = getattr(model, 'hf_device_map', None) or {'': next(model.parameters()).device}\n"
+        "print('ASKED', seen, 'MAP', sorted(set(map(str, placed.values()))), 'FINITE', bool(torch.isfinite(loss)))\n"
+    )
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(fake_hub), LAS_BUILD_DIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ASKED ['auto'] MAP ['cpu'] FINITE True" in proc.stdout, proc.stdout

@@ -167,3 +167,98 @@ def test_synthetic_train_and_test_splits_share_their_classes():
     a, b = class_means(train), class_means(test)
     nearest = torch.cdist(b, a).argmin(dim=1)
     assert torch.equal(nearest, torch.arange(10)), "test classes do not match train classes"
+
+
+# ------------------------------------------------------------------------------ MODEL_SUITE
+def _no_probe():
+    raise AssertionError("resolve_model_suite must not probe the network here")
+
+
+@pytest.fixture
+def not_grading(monkeypatch):
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+
+
+@pytest.mark.parametrize("requested,expected", [("hub", "hub"), ("mini", "mini"), (" HUB ", "hub"), ("Mini", "mini")])
+def test_model_suite_explicit_words_are_taken_as_they_are(not_grading, monkeypatch, capsys, requested, expected):
+    from utils import lm
+
+    monkeypatch.setattr(lm, "hub_available", _no_probe)  # "hub" never probes: loading says what is wrong
+    assert lm.resolve_model_suite(requested, "cpu") == expected
+    assert capsys.readouterr().out.startswith(f"Model suite: {expected}")
+
+
+def test_model_suite_auto_follows_the_hub_but_never_downloads_in_smoke(not_grading, monkeypatch, capsys):
+    from utils import lm
+
+    monkeypatch.setattr(lm, "hub_available", lambda *a, **k: True)
+    assert lm.resolve_model_suite("auto", "cpu") == "hub"
+    assert "huggingface.co is reachable" in capsys.readouterr().out
+    monkeypatch.setattr(lm, "hub_available", lambda *a, **k: False)
+    assert lm.resolve_model_suite("auto", "gpu") == "mini"
+    assert "not reachable" in capsys.readouterr().out
+    monkeypatch.setattr(lm, "hub_available", _no_probe)
+    assert lm.resolve_model_suite("auto", "smoke") == "mini"
+    assert lm.resolve_model_suite(None, "smoke", verbose=False) == "mini"
+    assert "smoke preset never downloads" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("requested", ["hub", "auto", "mini"])
+def test_autograding_forces_the_miniature_suite_and_says_so(monkeypatch, capsys, requested):
+    from utils import lm
+
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    monkeypatch.setattr(lm, "hub_available", _no_probe)
+    assert presets.autograding()
+    assert lm.resolve_model_suite(requested, "smoke") == "mini"
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "NBGRADER_EXECUTION is set (autograding)" in out
+    assert ("overridden" in out) == (requested != "mini")
+
+
+@pytest.mark.parametrize("word", ["pythia", "real", "", "minis"])
+def test_unknown_model_suite_lists_the_valid_words(not_grading, word):
+    from utils import lm
+
+    with pytest.raises(ValueError, match="MODEL_SUITE must be one of 'auto', 'hub', 'mini'") as info:
+        lm.resolve_model_suite(word, "cpu")
+    assert ("now called 'hub'" in str(info.value)) == (word == "pythia")
+
+
+def test_model_names_speak_the_same_vocabulary():
+    from utils import lm
+
+    assert lm.MODEL_SUITES == ("auto", "hub", "mini")
+    assert lm.model_names("hub") == list(lm.PYTHIA_MODELS)
+    with pytest.raises(ValueError, match="'hub' or 'mini'"):
+        lm.model_names("pythia")
+
+
+MODEL_NOTEBOOKS = {"task2_pseudo_likelihood": "models", "taskB_pythia_scaling": "data_setup"}
+
+
+@pytest.mark.parametrize("stem", list(MODEL_NOTEBOOKS))
+def test_both_model_notebooks_resolve_model_suite_in_one_place(stem):
+    """Task 2 and Task B: one vocabulary in the parameters cell, one call of utils.lm.resolve_model_suite
+    (which owns the autograding override), no ad-hoc checks of their own."""
+    cells = json.loads((REPO / "solutions" / "ex01" / f"{stem}.ipynb").read_text(encoding="utf-8"))["cells"]
+    sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    params = [("".join(c["source"])) for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(params) == 1 and 'MODEL_SUITE = "auto"' in params[0]
+    assert '"hub"' in params[0] and '"mini"' in params[0] and '"pythia"' not in params[0]
+    calls = [s for s in sources if "resolve_model_suite(MODEL_SUITE, preset)" in s]
+    assert len(calls) == 1
+    cell = next(c for c in cells if "resolve_model_suite(MODEL_SUITE, preset)" in "".join(c["source"]))
+    assert cell["metadata"]["nbgrader"]["grade_id"] == MODEL_NOTEBOOKS[stem]
+    for source in sources:
+        assert "NBGRADER_EXECUTION" not in source, "the autograding override lives in utils.lm.resolve_model_suite"
+        assert not any(f"MODEL_SUITE {op}" in source for op in ("==", "!=", "not in", "in (")), \
+            "MODEL_SUITE is interpreted by resolve_model_suite only"
+
+
+def test_readme_names_the_same_model_suite_words():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    paragraph = readme[readme.index("Offline?"):readme.index("## For teaching assistants")]
+    for word in ('`"auto"`', '`"hub"`', '`"mini"`'):
+        assert word in paragraph
+    assert '"pythia"' not in paragraph

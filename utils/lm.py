@@ -3,6 +3,10 @@
     model, tokenizer = load_causal_lm("EleutherAI/pythia-70m", step=1000)   # hub, revision "step1000"
     model, tokenizer = load_causal_lm("mini-pythia-6.5m", step=256)          # local miniature suite
 
+Which of the two a notebook uses is its parameters cell's ``MODEL_SUITE``, one of
+:data:`MODEL_SUITES` (``"auto"``, ``"hub"``, ``"mini"``), turned into ``"hub"`` or ``"mini"`` by
+:func:`resolve_model_suite` (Task 2 and Task B both call it).
+
 Both return a ``GPTNeoXForCausalLM`` in eval mode (fp32 by default) and the same GPT-NeoX-20B
 tokenizer, so losses are nats per token over the same vocabulary. A hub name never turns silently
 into a miniature model: without a connection the loader raises :class:`HubUnavailableError`,
@@ -14,7 +18,7 @@ Pythia's traps, handled here or documented for the caller:
     padded positions out of the labels (-100) and the attention mask;
   * no BOS token is added by default (``tokenizer("text")`` returns only the text's ids).
 
-Build the suite from a shell with ``python -m utils.lm build [default|micro] [--force]``.
+Build the suite from a shell with ``python -m utils.lm build [default|small|micro] [--force]``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,11 @@ PYTHIA_MODELS = tuple(f"EleutherAI/pythia-{s}" for s in ("14m", "31m", "70m", "1
 PYTHIA_STEPS = (0,) + tuple(2**k for k in range(10)) + tuple(range(1000, 143001, 1000))
 
 _LOCAL_CAUSAL = re.compile(r"^mini-pythia-[0-9.]+m$")
+
+#: The words a notebook's ``MODEL_SUITE`` may take: ``"auto"`` (hub models when huggingface.co is
+#: reachable, else the miniature suite), ``"hub"`` (real Hugging Face models), ``"mini"`` (the
+#: pack's miniature suite).
+MODEL_SUITES = ("auto", "hub", "mini")
 
 
 class HubUnavailableError(RuntimeError):
@@ -67,7 +76,7 @@ def load_tokenizer(*, with_mask_token: bool = False):
         clean_up_tokenization_spaces=False,
     )
     if with_mask_token:
-        from .model_zoo import MASK_TOKEN
+        from .suite_recipes import MASK_TOKEN
 
         tokenizer.add_special_tokens({"mask_token": MASK_TOKEN})
     return tokenizer
@@ -133,6 +142,50 @@ def _from_hub(cls, name: str, revision: str | None, kind: str, **kwargs):
         raise
 
 
+def resolve_model_suite(requested: str = "auto", preset: str | None = None, *, verbose: bool = True) -> str:
+    """Turn the parameters cell's ``MODEL_SUITE`` into ``"hub"`` or ``"mini"`` and say why (one line).
+
+    requested: one of :data:`MODEL_SUITES` (case and surrounding blanks ignored; None means "auto").
+    preset: the resolved preset (:func:`utils.presets.resolve_preset`); ``"auto"`` never picks the
+        hub in the ``smoke`` preset, which must run in seconds without downloads.
+
+    * under nbgrader (``NBGRADER_EXECUTION`` set) always ``"mini"``: autograding has no network and
+      must be identical for every student, whatever they chose;
+    * ``"hub"``: the real models, without probing the network: a model that is neither reachable nor
+      in the local Hugging Face cache raises :class:`HubUnavailableError` when it is loaded, with a
+      message that says how to switch;
+    * ``"mini"``: the miniature suite;
+    * ``"auto"``: ``"mini"`` in the smoke preset, else ``"hub"`` when huggingface.co is reachable
+      (:func:`hub_available`, at most 2 s), else ``"mini"``.
+
+    Raises ValueError for any other word, listing the valid ones.
+    """
+    from .presets import autograding
+
+    word = "auto" if requested is None else str(requested).strip().lower()
+    if word not in MODEL_SUITES:
+        hint = " ('pythia' is now called 'hub')" if word == "pythia" else ""
+        raise ValueError(f"MODEL_SUITE must be one of {', '.join(repr(w) for w in MODEL_SUITES)}, "
+                         f"got {requested!r}{hint}")
+    if autograding():
+        choice = "mini"
+        why = ("NBGRADER_EXECUTION is set (autograding): always the miniature suite"
+               + (f", MODEL_SUITE={word!r} is overridden" if word != "mini" else ""))
+    elif word != "auto":
+        choice, why = word, "set in the parameters cell"
+    elif preset == "smoke":
+        choice, why = "mini", "auto: the smoke preset never downloads"
+    elif hub_available():
+        choice, why = "hub", f"auto: {HUB_HOST} is reachable"
+    else:
+        choice = "mini"
+        why = "auto: " + ("HF_HUB_OFFLINE is set" if _hub_offline_by_env() else f"{HUB_HOST} is not reachable")
+    if verbose:
+        label = "real Hugging Face models" if choice == "hub" else "the pack's miniature suite"
+        print(f"Model suite: {choice}, {label} ({why})")
+    return choice
+
+
 # ------------------------------------------------------------------------------ miniature suite
 def build_suite(suite: str = "default", *, force: bool = False, progress: bool = True) -> Path:
     """Train the miniature suite (or find it cached, keyed on a hash of its recipe, the corpus and
@@ -141,7 +194,7 @@ def build_suite(suite: str = "default", *, force: bool = False, progress: bool =
     ``"micro"`` (3 sizes, tests and the smoke preset) takes seconds; ``"default"`` (6 sizes and
     mini-bert, 3 GB of checkpoints) an estimated 5-7 minutes on 2 idle CPU cores. Only missing or changed models are retrained.
     """
-    from .model_zoo import build
+    from .suite_build import build
 
     return build(suite, force=force, progress=progress)
 
@@ -154,7 +207,7 @@ def suite_manifest(suite: str = "default", *, build: bool = True) -> dict:
     non_embedding_params, training record with held-out losses), ``steps``, ``tokens_per_step``,
     ``context``, ``data`` (corpus and held-out description) and ``bert``. Builds the suite when
     it is missing (``build=False`` raises FileNotFoundError instead)."""
-    from .model_zoo import suite_dir
+    from .suite_build import suite_dir
 
     path = suite_dir(suite) / "manifest.json"
     if build and (suite, path) not in _CHECKED:
@@ -166,13 +219,14 @@ def suite_manifest(suite: str = "default", *, build: bool = True) -> dict:
 
 
 def model_names(model_suite: str = "mini", *, suite: str = "default") -> list[str]:
-    """Causal model names, smallest first: ``"pythia"`` -> the hub's EleutherAI/pythia-*, ``"mini"``
-    -> the miniature suite's mini-pythia-* (``suite`` picks default or micro)."""
-    if model_suite == "pythia":
+    """Causal model names, smallest first: ``"hub"`` -> the hub's EleutherAI/pythia-*, ``"mini"``
+    -> the miniature suite's mini-pythia-* (``suite`` picks default or micro). ``model_suite`` is
+    what :func:`resolve_model_suite` returns."""
+    if model_suite == "hub":
         return list(PYTHIA_MODELS)
     if model_suite == "mini":
         return [m["name"] for m in suite_manifest(suite)["models"]]
-    raise ValueError(f"model_suite must be 'pythia' or 'mini', got {model_suite!r}")
+    raise ValueError(f"model_suite must be 'hub' or 'mini' (see resolve_model_suite), got {model_suite!r}")
 
 
 def checkpoint_steps(name: str, *, suite: str = "default") -> list[int]:
@@ -191,18 +245,23 @@ def _local_folder(name: str, step: int | None, suite: str) -> Path:
     step = steps[-1] if step is None else step
     if step not in steps:
         raise ValueError(f"{name} has no checkpoint at step {step}; it has steps {steps}")
-    from .model_zoo import suite_dir
+    from .suite_build import suite_dir
 
     return suite_dir(suite) / name / f"step{step}"
 
 
-def load_causal_lm(name: str, step: int | None = None, *, suite: str = "default", dtype=torch.float32):
+def load_causal_lm(name: str, step: int | None = None, *, suite: str = "default", dtype=torch.float32,
+                   device_map: str | dict | None = None):
     """Load a causal LM and its tokenizer; returns ``(model, tokenizer)``, model in eval mode.
 
     name: ``"EleutherAI/pythia-70m"`` (or any hub causal LM; revision ``f"step{step}"``, or main
     when step is None) or ``"mini-pythia-<size>"`` from the local ``suite`` (step None = final).
     dtype: torch.float32 (default). torch.bfloat16 halves memory; then take log-softmax in fp32.
     Never use float16 with Pythia (inf/NaN logits).
+    device_map: for hub models too large for one device (pythia-6.9b and -12b need 28 and 48 GB in
+    fp32): ``"auto"`` lets accelerate spread the layers over every visible GPU (then CPU memory),
+    e.g. ``load_causal_lm("EleutherAI/pythia-12b", 143000, dtype=torch.bfloat16, device_map="auto")``;
+    inputs then go to ``model.get_input_embeddings().weight.device``. None (default): one device.
 
     Raises HubUnavailableError (hub name, no connection, not cached) and ValueError (unknown
     local name or step).
@@ -215,7 +274,7 @@ def load_causal_lm(name: str, step: int | None = None, *, suite: str = "default"
         if not _LOCAL_CAUSAL.match(name):
             raise ValueError(f"unknown miniature model {name!r}; names look like 'mini-pythia-6.5m' "
                              f"(see utils.lm.model_names('mini'))")
-        from .model_zoo import quiet_transformers
+        from .suite_training import quiet_transformers
 
         with quiet_transformers():
             model = GPTNeoXForCausalLM.from_pretrained(_local_folder(name, step, suite), dtype=dtype)
@@ -224,7 +283,8 @@ def load_causal_lm(name: str, step: int | None = None, *, suite: str = "default"
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         revision = f"step{step}" if step is not None else None
-        model = _from_hub(AutoModelForCausalLM, name, revision, "causal", dtype=dtype)
+        extra = {"device_map": device_map} if device_map is not None else {}
+        model = _from_hub(AutoModelForCausalLM, name, revision, "causal", dtype=dtype, **extra)
         tokenizer = _from_hub(AutoTokenizer, name, revision, "causal")
     return model.eval(), tokenizer
 
@@ -241,11 +301,11 @@ def load_masked_lm(name: str = "mini-bert", *, suite: str = "default"):
     from transformers import AutoModelForMaskedLM, AutoTokenizer, BertForMaskedLM
 
     if name == "mini-bert":
-        from .model_zoo import suite_dir
+        from .suite_build import suite_dir
 
         suite_manifest(suite)  # builds the suite when missing
         folder = suite_dir(suite) / "mini-bert"
-        from .model_zoo import quiet_transformers
+        from .suite_training import quiet_transformers
 
         with quiet_transformers():
             model = BertForMaskedLM.from_pretrained(folder, dtype=torch.float32)
@@ -257,13 +317,15 @@ def load_masked_lm(name: str = "mini-bert", *, suite: str = "default"):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m utils.lm build [default|micro] [--force]``: build a suite and print its manifest summary."""
+    """``python -m utils.lm build [default|small|micro] [--force]``: build a suite and print its manifest summary."""
     import argparse
+
+    from .suite_recipes import SUITES
 
     parser = argparse.ArgumentParser(prog="python -m utils.lm", description=main.__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="train (or reuse) the miniature suite")
-    b.add_argument("suite", nargs="?", default="default", choices=["default", "micro"])
+    b.add_argument("suite", nargs="?", default="default", choices=sorted(SUITES))
     b.add_argument("--force", action="store_true", help="retrain even when cached")
     args = parser.parse_args(argv)
     folder = build_suite(args.suite, force=args.force)

@@ -16,6 +16,9 @@ Presets:
 
 ``auto`` means: smoke under nbgrader, else ``$LAS_PRESET`` if set, else gpu when CUDA is
 available, else cpu.
+
+The notebooks' other switch, ``MODEL_SUITE`` (real hub models or the pack's miniature suite), is
+resolved the same way by :func:`utils.lm.resolve_model_suite`; both honour :func:`autograding`.
 """
 
 from __future__ import annotations
@@ -28,10 +31,16 @@ import torch
 PRESETS = ("smoke", "cpu", "gpu", "full")
 
 
+def autograding() -> bool:
+    """True when nbgrader executes the notebook (``NBGRADER_EXECUTION`` is set): then every
+    notebook runs the smoke preset on the miniature model suite, whatever its parameters say."""
+    return bool(os.environ.get("NBGRADER_EXECUTION"))
+
+
 def resolve_preset(requested: str = "auto", *, verbose: bool = True) -> str:
     """Turn the parameters cell's ``PRESET`` into one of :data:`PRESETS` and say why."""
     requested = (requested or "auto").strip().lower()
-    if os.environ.get("NBGRADER_EXECUTION"):
+    if autograding():
         # Autograding must be quick and identical for every student, whatever they set.
         preset, why = "smoke", "NBGRADER_EXECUTION is set (autograding)"
     elif requested != "auto":

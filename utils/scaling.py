@@ -12,6 +12,7 @@ import gc
 import hashlib
 import json
 import math
+import os
 import re
 import time
 from pathlib import Path
@@ -151,6 +152,7 @@ def evaluate_checkpoints(
     recompute: bool = False,
     after_each: Callable[[str, int], None] | None = None,
     progress: bool = True,
+    shard: tuple[int, int] | None = None,
     **evaluate_kwargs,
 ):
     """Evaluate every (model, step) on the documents, reusing cached rows.
@@ -161,17 +163,35 @@ def evaluate_checkpoints(
     function of the model name; ``after_each(name, step)`` runs after a fresh evaluation (e.g.
     to delete the downloaded checkpoint). ``cache=None`` disables caching.
 
-    Returns a DataFrame with one row per (model, step), columns :data:`RESULT_COLUMNS`.
+    ``shard=(rank, world)`` evaluates only this process's share of the (model, step) list
+    (:func:`utils.distributed.shard`: every ``world``-th job from ``rank``), e.g. one GPU each under
+    ``torchrun``. Each rank appends to its own file next to ``cache`` (:func:`rank_cache_path`), so
+    no two processes write one file; rows already done by any rank or in ``cache`` are reused. After
+    all ranks finish (a barrier), one process calls :func:`merge_rank_caches` to fold them into ``cache``.
+
+    Returns a DataFrame with one row per (model, step) of this process, columns :data:`RESULT_COLUMNS`.
     """
     import pandas as pd
     import torch
     from tqdm.auto import tqdm
     from transformers.utils import logging as hf_logging
 
-    cached = load_results(cache) if cache is not None else pd.DataFrame(columns=RESULT_COLUMNS)
+    sources = []
+    if cache is not None:
+        sources = [Path(cache)] + (sorted(Path(cache).parent.glob(f"{Path(cache).stem}.rank*{Path(cache).suffix}"))
+                                   if shard is not None else [])
+    frames = [f for f in (load_results(p) for p in sources) if len(f)]
+    cached = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=RESULT_COLUMNS)
     cached = cached[cached["text_id"] == text_key] if len(cached) else cached
     done = {(r.model, int(r.step)): r._asdict() for r in cached.itertuples(index=False)}
     jobs = [(m, int(s)) for m in models for s in (steps(m) if callable(steps) else steps)]
+    if shard is not None:
+        from .distributed import shard as take_share
+
+        rank, world = shard
+        jobs = take_share(jobs, rank, world)
+        if cache is not None:
+            cache = rank_cache_path(cache, rank)
     rows = []
     bar = tqdm(jobs, desc="checkpoints", unit="ckpt", disable=not progress)
     for name, step in bar:
@@ -203,6 +223,37 @@ def evaluate_checkpoints(
     return pd.DataFrame(rows, columns=RESULT_COLUMNS)
 
 
+def rank_cache_path(cache: Path, rank: int) -> Path:
+    """``results.csv`` -> ``results.rank<rank>.csv``: the file one rank of a sharded sweep appends to."""
+    cache = Path(cache)
+    return cache.with_name(f"{cache.stem}.rank{rank}{cache.suffix}")
+
+
+def merge_rank_caches(cache: Path | None = None):
+    """Fold every ``<cache>.rank*.csv`` of a sharded sweep into ``cache`` and delete them.
+
+    Rows are de-duplicated on (model, step, text_id), the newest winning, and sorted by
+    (model, step); the merged file replaces ``cache`` atomically (write, then rename), so a reader
+    never sees half a file. Call it from one process after every rank has finished. Returns the
+    merged DataFrame."""
+    import pandas as pd
+
+    cache = Path(cache or results_path())
+    parts = sorted(cache.parent.glob(f"{cache.stem}.rank*{cache.suffix}"))
+    frames = [f for f in (load_results(p) for p in [cache, *parts]) if len(f)]
+    if not frames:
+        return pd.DataFrame(columns=RESULT_COLUMNS)
+    merged = pd.concat(frames, ignore_index=True)
+    merged = merged.drop_duplicates(subset=["model", "step", "text_id"], keep="last")
+    merged = merged.sort_values(["model", "step"], kind="stable").reset_index(drop=True)
+    partial = cache.with_name(f".{cache.name}.partial")
+    merged.to_csv(partial, index=False)
+    os.replace(partial, cache)
+    for part in parts:
+        part.unlink()
+    return merged
+
+
 def delete_hub_revision(repo_id: str, revision: str) -> int:
     """Delete one downloaded revision (e.g. ``"step1000"``) of a hub model from the local
     Hugging Face cache; returns the bytes freed (0 if it was not cached)."""
@@ -227,6 +278,10 @@ def lower_envelope(compute, loss) -> tuple[np.ndarray, np.ndarray]:
     return compute[order], np.minimum.accumulate(loss[order])
 
 
+#: The fewest (N, D, L) points :func:`fit_chinchilla` accepts: its law has five constants.
+CHINCHILLA_MIN_POINTS = 6
+
+
 def chinchilla_loss(params: dict, N, D):
     """L(N, D) = E + A / N^alpha + B / D^beta."""
     N, D = np.asarray(N, float), np.asarray(D, float)
@@ -238,13 +293,15 @@ def fit_chinchilla(N, D, L, *, huber_delta: float = 1e-3) -> dict:
     (delta 1e-3) on log L against log of the sum, written as a log-sum-exp of
     ``a - alpha log N``, ``b - beta log D``, ``e`` (A = e^a, B = e^b, E = e^e), minimised with
     BFGS (analytic gradient) from a grid of starting points. ``[n]`` arrays in; a dict of the five constants out
-    (plus ``"objective"``)."""
+    (plus ``"objective"``). Raises ValueError for fewer than :data:`CHINCHILLA_MIN_POINTS` points
+    (the notebook checks first and skips the fit with a note)."""
     from scipy.optimize import minimize
     from scipy.special import huber, softmax
 
     logN, logD, logL = (np.log(np.asarray(x, float)) for x in (N, D, L))
-    if not (len(logN) == len(logD) == len(logL)) or len(logL) < 6:
-        raise ValueError(f"need at least 6 matching (N, D, L) points, got {len(logN)}, {len(logD)}, {len(logL)}")
+    if not (len(logN) == len(logD) == len(logL)) or len(logL) < CHINCHILLA_MIN_POINTS:
+        raise ValueError(f"need at least {CHINCHILLA_MIN_POINTS} matching (N, D, L) points, "
+                         f"got {len(logN)}, {len(logD)}, {len(logL)}")
 
     def objective(theta):
         """Huber loss of the log-space residuals and its gradient (analytic: the fit runs 72 times)."""

@@ -1,0 +1,327 @@
+"""The student bundle: the folder and zip a lecturer hands out, made by code.
+
+    python -m grader bundle [--out build/bundle] [--pack-url URL]
+
+writes ``build/bundle/ex01-student/`` and ``build/bundle/ex01-student.zip`` holding exactly what a
+student needs and nothing that grades:
+
+- ``notebooks/ex01/*.ipynb``: the student release (regenerated from solutions/ by nbgrader into a
+  scratch folder, so the bundle never depends on a stale committed copy), with the Colab pack URL
+  written into each setup cell;
+- ``utils/`` (Python files only), ``data/`` (the tracked data files; never CIFAR-10 or caches);
+- its own ``pyproject.toml`` (installs ``utils`` only), ``requirements.txt`` / ``environment.yml``
+  (the pack's pins minus the test tools), ``pack.sh`` (``env``, ``lab``, ``run``), ``README.md``
+  (install, open JupyterLab, work, validate, submit) and ``jupyter/labconfig/page_config.json``
+  (hides nbgrader's staff menus in the student's JupyterLab).
+
+Nothing from ``solutions/``, ``grader/``, ``tests/`` or ``benchmarks/`` is copied; ``leaks()`` checks
+that no five consecutive lines of any solution block appear in any file of the bundle.
+
+The pack URL (where hosted notebooks such as Google Colab fetch the zip) is set in ONE place,
+``grader/bundle.toml``, or per run with ``--pack-url``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import keyword
+import os
+import re
+import shutil
+import stat
+import tempfile
+import tokenize
+import tomllib
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import ASSIGNMENT, GRADER_DIR, ROOT
+
+BUNDLE_NAME = f"{ASSIGNMENT}-student"
+CONFIG = GRADER_DIR / "bundle.toml"
+TEMPLATES = GRADER_DIR / "bundle_files"
+#: The test tools are staff-only; students get everything else the notebooks import, pinned.
+STAFF_ONLY_REQUIREMENTS = ("pytest", "pytest-xdist")
+#: nbgrader's JupyterLab plugins a student should not see (course and assignment lists need a
+#: configured exchange; formgrader and create-assignment are for instructors).
+HIDDEN_NBGRADER_PLUGINS = ("assignment-list", "course-list", "formgrader", "create-assignment")
+#: The line of every setup cell that the bundle rewrites (see :func:`stamp_pack_url`).
+PACK_URL_LINE = re.compile(r'^(?P<indent>\s*)PACK_URL = "[^"\n]*"', re.MULTILINE)
+#: Data that never ships: CIFAR-10 (the students' own download) and caches.
+DATA_EXCLUDED = ("cifar-10-batches-py", "cache")
+
+
+@dataclass(frozen=True)
+class BundleConfig:
+    """``grader/bundle.toml``: ``pack_url`` (the zip's public URL, or a local path; "" = not set),
+    ``colab_repo`` ("owner/name" on GitHub holding notebooks/ex01, for "Open in Colab" links; "" = none)
+    and ``colab_branch``."""
+
+    pack_url: str = ""
+    colab_repo: str = ""
+    colab_branch: str = "main"
+
+
+def load_config(path: Path = CONFIG) -> BundleConfig:
+    """Read ``grader/bundle.toml`` (missing file: all defaults). Unknown keys raise ``ValueError``."""
+    if not path.exists():
+        return BundleConfig()
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    unknown = set(data) - set(BundleConfig.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(BundleConfig.__dataclass_fields__)}")
+    return BundleConfig(**{k: str(v) for k, v in data.items()})
+
+
+def stamp_pack_url(source: str, url: str) -> str:
+    """Return a setup cell's ``source`` with its ``PACK_URL = "..."`` line set to ``url``.
+
+    Raises ``ValueError`` when the cell has no such line (the bootstrap went missing) or the URL
+    contains a quote or a newline (it would break the cell)."""
+    if '"' in url or "\n" in url or "\\" in url:
+        raise ValueError(f"pack URL must not contain quotes, backslashes or newlines: {url!r}")
+    if not PACK_URL_LINE.search(source):
+        raise ValueError('no `PACK_URL = "..."` line in this setup cell')
+    return PACK_URL_LINE.sub(lambda m: f'{m["indent"]}PACK_URL = "{url}"', source, count=1)
+
+
+def without_pack_url(source: str) -> str:
+    """``source`` with any ``PACK_URL = "..."`` line reset to ``""``: the one line of a locked setup
+    cell that differs between the release and a bundle (tamper checks compare cells through this)."""
+    return PACK_URL_LINE.sub(lambda m: f'{m["indent"]}PACK_URL = ""', source)
+
+
+def colab_links(config: BundleConfig, notebooks: list[str]) -> list[str]:
+    """The "Open in Colab" URLs of ``notebooks`` (file names) for ``config.colab_repo``; [] if unset."""
+    if not config.colab_repo:
+        return []
+    return [f"https://colab.research.google.com/github/{config.colab_repo}/blob/{config.colab_branch}/"
+            f"notebooks/{ASSIGNMENT}/{name}" for name in notebooks]
+
+
+def _student_requirements(text: str) -> str:
+    keep = []
+    for line in text.splitlines():
+        name = re.split(r"[=<>~! ]", line.strip().lstrip("- "), maxsplit=1)[0]
+        if name and not line.lstrip().startswith("#") and name in STAFF_ONLY_REQUIREMENTS:
+            continue
+        keep.append(line)
+    return "\n".join(keep) + "\n"
+
+
+def _copy_tree(src: Path, dst: Path, *, suffixes: tuple[str, ...] | None = None,
+               exclude: tuple[str, ...] = ()) -> None:
+    """Copy regular files (never links) under ``src``; skip caches, ``exclude`` names and, when given,
+    files whose suffix is not in ``suffixes``."""
+    for path in sorted(src.rglob("*")):
+        rel = path.relative_to(src)
+        if any(part in exclude or part in ("__pycache__", ".ipynb_checkpoints") or part.startswith(".")
+               for part in rel.parts):
+            continue
+        if path.is_symlink() or not path.is_file():
+            continue
+        if suffixes is not None and path.suffix not in suffixes:
+            continue
+        target = dst / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+
+
+def _release_notebooks(dest: Path, pack_url: str) -> list[str]:
+    """Generate the release into ``dest`` (nbgrader, from solutions/) and stamp the pack URL."""
+    import nbformat
+    from nbgrader.utils import compute_checksum
+
+    from .release import generate_release
+
+    with tempfile.TemporaryDirectory(prefix="las-bundle-") as tmp:
+        generated = generate_release(Path(tmp))
+        dest.mkdir(parents=True, exist_ok=True)
+        names = []
+        for nb in sorted(generated.glob("*.ipynb")):
+            data = json.loads(nb.read_text(encoding="utf-8"))
+            stamped = 0
+            for cell in data["cells"]:
+                if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "setup":
+                    src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+                    cell["source"] = stamp_pack_url(src, pack_url)
+                    # nbgrader validate compares a locked cell with its checksum: keep them in step.
+                    cell["metadata"]["nbgrader"]["checksum"] = compute_checksum(nbformat.from_dict(cell))
+                    stamped += 1
+            if stamped != 1:
+                raise RuntimeError(f"{nb.name}: expected one setup cell (grade_id 'setup'), found {stamped}")
+            (dest / nb.name).write_text(json.dumps(data, indent=1, ensure_ascii=False, sort_keys=True) + "\n",
+                                        encoding="utf-8")
+            names.append(nb.name)
+    return names
+
+
+def _page_config() -> str:
+    disabled = {f"@jupyter/nbgrader:{name}": True for name in HIDDEN_NBGRADER_PLUGINS}
+    return json.dumps({"disabledExtensions": disabled}, indent=2) + "\n"
+
+
+def build_bundle(out: Path | None = None, *, pack_url: str | None = None,
+                 config: BundleConfig | None = None) -> tuple[Path, Path]:
+    """Write the student bundle. Returns ``(folder, zip)``: ``out/ex01-student`` and its zip.
+
+    ``pack_url`` overrides ``grader/bundle.toml``'s (``None``: use the file's). The folder is rebuilt
+    from scratch; the zip holds it under one top-level folder ``ex01-student/``."""
+    config = config or load_config()
+    url = config.pack_url if pack_url is None else pack_url
+    out = Path(out) if out is not None else ROOT / "build" / "bundle"
+    folder = out / BUNDLE_NAME
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+
+    names = _release_notebooks(folder / "notebooks" / ASSIGNMENT, url)
+    _copy_tree(ROOT / "utils", folder / "utils", suffixes=(".py",))
+    _copy_tree(ROOT / "data", folder / "data", exclude=DATA_EXCLUDED)
+    for name in ("requirements.txt", "environment.yml"):
+        (folder / name).write_text(_student_requirements((ROOT / name).read_text(encoding="utf-8")), encoding="utf-8")
+    for template in sorted(TEMPLATES.rglob("*")):
+        if template.is_file():
+            target = folder / template.relative_to(TEMPLATES)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            text = template.read_text(encoding="utf-8")
+            target.write_text(text.replace("{{BUNDLE_NAME}}", BUNDLE_NAME).replace("{{ASSIGNMENT}}", ASSIGNMENT),
+                              encoding="utf-8")
+    (folder / "pack.sh").chmod(0o755)
+    labconfig = folder / "jupyter" / "labconfig"
+    labconfig.mkdir(parents=True)
+    (labconfig / "page_config.json").write_text(_page_config(), encoding="utf-8")
+
+    found = leaks(folder)
+    if found:
+        shutil.rmtree(folder)
+        raise RuntimeError("the bundle would hand out solution code:\n  " + "\n  ".join(found[:20]))
+
+    archive = out / f"{BUNDLE_NAME}.zip"
+    partial = archive.with_suffix(".zip.partial")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                info = zipfile.ZipInfo(str(Path(BUNDLE_NAME) / path.relative_to(folder)), date_time=(2026, 1, 1, 0, 0, 0))
+                mode = 0o755 if os.access(path, os.X_OK) else 0o644
+                info.external_attr = (stat.S_IFREG | mode) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                zf.writestr(info, path.read_bytes())
+    os.replace(partial, archive)
+
+    links = colab_links(config, names)
+    lecturer = out / "LECTURER.md"
+    lecturer.write_text(_lecturer_notes(folder, archive, url, links), encoding="utf-8")
+    return folder, archive
+
+
+def _lecturer_notes(folder: Path, archive: Path, url: str, links: list[str]) -> str:
+    lines = [f"# Handing out {BUNDLE_NAME}", "",
+             f"- Folder: `{folder}`", f"- Zip: `{archive}` (upload it where students can download it)",
+             f"- Pack URL written into every setup cell: `{url or '(none: Colab students cannot install the pack)'}`"
+             " (set it once in `grader/bundle.toml`, or `python -m grader bundle --pack-url URL`)", ""]
+    if links:
+        lines += ["## Open in Colab", ""] + [f"- [{Path(link).name}]({link})" for link in links]
+    else:
+        lines += ["Set `colab_repo = \"owner/name\"` in `grader/bundle.toml` (a public GitHub repository holding "
+                  f"the bundle's `notebooks/{ASSIGNMENT}/`) to get \"Open in Colab\" links here."]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------ leak check
+WINDOW = 5
+CODE_SUFFIXES = (".py", ".ipynb", ".sh", ".md", ".toml", ".cfg", ".yml", ".yaml")
+
+
+def _normalise(line: str) -> str:
+    """One line of code as its shape: whitespace dropped and every identifier that is not a Python
+    keyword replaced by ``_`` (so a copy with renamed variables still matches); comments and
+    blank lines become ``""``. Lines that do not tokenise (prose, an open bracket) keep their words."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return " ".join(line.split())
+    out = []
+    for tok in tokens:
+        if tok.type == tokenize.NAME:
+            out.append(tok.string if keyword.iskeyword(tok.string) else "_")
+        elif tok.type in (tokenize.OP, tokenize.NUMBER, tokenize.STRING):
+            out.append(tok.string)
+        elif tok.type == tokenize.ERRORTOKEN and tok.string.strip():
+            out.append(tok.string)
+    return "".join(out)
+
+
+def _prose(line: str) -> str:
+    return " ".join(line.lower().split())
+
+
+def solution_blocks(solutions: Path | None = None) -> list[tuple[str, str, list[str]]]:
+    """``[(where, kind, lines)]``: the lines between ``### BEGIN SOLUTION`` and ``### END SOLUTION``
+    of every cell of every source notebook, blank and comment lines dropped. ``kind`` is ``"code"``
+    (lines normalised to their shape by :func:`_normalise`) or ``"prose"`` (a markdown model answer:
+    lower case, whitespace collapsed)."""
+    solutions = solutions or ROOT / "solutions" / ASSIGNMENT
+    blocks = []
+    for nb in sorted(solutions.glob("*.ipynb")):
+        for index, cell in enumerate(json.loads(nb.read_text(encoding="utf-8"))["cells"]):
+            src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            kind = "code" if cell.get("cell_type") == "code" else "prose"
+            norm = _normalise if kind == "code" else _prose
+            inside, lines = False, []
+            for raw in src.splitlines():
+                if "BEGIN SOLUTION" in raw:
+                    inside, lines = True, []
+                elif "END SOLUTION" in raw:
+                    inside = False
+                    if lines:
+                        blocks.append((f"{nb.name} cell {index}", kind, lines))
+                elif inside:
+                    line = norm(raw)
+                    if line:
+                        lines.append(line)
+    return blocks
+
+
+def _file_text(path: Path) -> str | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return None
+    if path.suffix == ".ipynb":
+        try:
+            cells = json.loads(text)["cells"]
+        except (ValueError, KeyError, TypeError):
+            cells = []
+        text = "\n".join("".join(c.get("source", "")) for c in cells if isinstance(c, dict))
+    return text
+
+
+def leaks(folder: Path, solutions: Path | None = None, window: int = WINDOW) -> list[str]:
+    """Every file under ``folder`` in which ``window`` consecutive lines of a solution block appear as
+    consecutive lines (blank and comment lines skipped): code compared by shape, so renaming the
+    variables does not hide a copy; prose compared word for word. ``[]`` means no leak."""
+    shingles: dict[str, dict[tuple[str, ...], str]] = {"code": {}, "prose": {}}
+    for where, kind, lines in solution_blocks(solutions):
+        for i in range(len(lines) - window + 1):
+            shingles[kind].setdefault(tuple(lines[i:i + window]), where)
+    found = []
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file() or path.is_symlink() or path.stat().st_size > 20_000_000:
+            continue
+        text = _file_text(path)
+        if text is None:
+            continue
+        # Comparing by shape tokenises every line: skip it for the large data files (corpora, the
+        # tokenizer), which are compared word for word like prose.
+        code_like = path.suffix in CODE_SUFFIXES or path.stat().st_size < 256_000
+        for kind, norm in ((("code", _normalise),) if code_like else ()) + (("prose", _prose),):
+            lines = [n for n in (norm(line) for line in text.splitlines()) if n]
+            hit = next((shingles[kind][tuple(lines[i:i + window])] for i in range(len(lines) - window + 1)
+                        if tuple(lines[i:i + window]) in shingles[kind]), None)
+            if hit:
+                found.append(f"{path.relative_to(folder)} repeats {window} lines of {hit}")
+                break
+    return found

@@ -1,0 +1,285 @@
+"""The student bundle (`python -m grader bundle`): what it holds, that it gives no answer away, that
+it installs from its own files into a fresh environment and runs there, and that a hosted notebook
+(Colab) without the pack installs it from the lecturer's one configured location."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from grader import bundle
+from grader.bundle import BUNDLE_NAME, build_bundle, leaks, solution_blocks, stamp_pack_url
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted(p.name for p in (REPO / "solutions" / "ex01").glob("*.ipynb"))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """(folder, zip) of a bundle whose setup cells point at its own zip (a local path)."""
+    out = tmp_path_factory.mktemp("bundle")
+    return build_bundle(out, pack_url=str(out / f"{BUNDLE_NAME}.zip"))
+
+
+def _setup_cell(nb_path: Path) -> dict:
+    cells = json.loads(nb_path.read_text(encoding="utf-8"))["cells"]
+    cell = next(c for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == "setup")
+    return dict(cell, source="".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"])
+
+
+# ------------------------------------------------------------------------------------ contents
+def test_bundle_holds_what_a_student_needs_and_nothing_that_grades(built):
+    folder, archive = built
+    top = sorted(p.name for p in folder.iterdir())
+    assert top == ["README.md", "data", "environment.yml", "jupyter", "notebooks", "pack.sh", "pyproject.toml",
+                   "requirements.txt", "utils"], top
+    assert sorted(p.name for p in (folder / "notebooks" / "ex01").glob("*.ipynb")) == NOTEBOOKS
+    everything = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+    for staff in ("solutions/", "grader/", "tests/", "benchmarks/", "cifar-10-batches-py", "__pycache__"):
+        assert not any(staff in path for path in everything), f"{staff} shipped: {everything}"
+    project = tomllib.loads((folder / "pyproject.toml").read_text())
+    assert project["tool"]["setuptools"]["packages"] == ["utils"], "the bundle must install utils only"
+    assert "pytest" not in (folder / "requirements.txt").read_text(), "test tools are staff-only"
+    assert os.access(folder / "pack.sh", os.X_OK)
+    page = json.loads((folder / "jupyter" / "labconfig" / "page_config.json").read_text())
+    assert page["disabledExtensions"]["@jupyter/nbgrader:assignment-list"] is True
+    assert page["disabledExtensions"]["@jupyter/nbgrader:course-list"] is True
+    readme = (folder / "README.md").read_text()
+    for must in ("./pack.sh env", "./pack.sh lab", "validate", "Submit", "Colab", "nbgrader"):
+        assert must in readme, f"the student README does not mention {must!r}"
+    with zipfile.ZipFile(archive) as zf:
+        names = zf.namelist()
+    assert names and all(n.startswith(f"{BUNDLE_NAME}/") for n in names), "one top-level folder in the zip"
+    assert len(names) == len(everything)
+
+
+def test_setup_cells_carry_the_pack_url_and_still_validate(built):
+    """The URL is stamped into every setup cell, and the locked cell's checksum follows, so
+    `nbgrader validate` does not report a changed cell and the grader does not call it tampering."""
+    import nbformat
+    from nbgrader.utils import compute_checksum
+
+    from grader.submissions import without_pack_url
+
+    folder, archive = built
+    for name in NOTEBOOKS:
+        cell = _setup_cell(folder / "notebooks" / "ex01" / name)
+        assert f'PACK_URL = "{archive}"' in cell["source"], name
+        assert cell["metadata"]["nbgrader"]["checksum"] == compute_checksum(nbformat.from_dict(cell)), name
+        released = _setup_cell(REPO / "notebooks" / "ex01" / name)
+        assert without_pack_url(cell["source"]) == without_pack_url(released["source"]), name
+
+
+def test_stamp_pack_url_refuses_what_would_break_the_cell():
+    cell = 'try:\n    import utils.presets\nexcept ImportError:\n    PACK_URL = ""  # set by the bundle\n'
+    assert 'PACK_URL = "https://x.org/p.zip"  # set' in stamp_pack_url(cell, "https://x.org/p.zip")
+    with pytest.raises(ValueError, match="quotes"):
+        stamp_pack_url(cell, 'https://x.org/"; import os; "')
+    with pytest.raises(ValueError, match="no `PACK_URL"):
+        stamp_pack_url("import utils\n", "https://x.org/p.zip")
+
+
+def test_bundle_config_is_read_from_one_place(tmp_path):
+    config = tmp_path / "bundle.toml"
+    config.write_text('pack_url = "https://example.org/ex01-student.zip"\ncolab_repo = "course/ex01"\n')
+    loaded = bundle.load_config(config)
+    assert loaded.pack_url == "https://example.org/ex01-student.zip"
+    links = bundle.colab_links(loaded, ["task1_infonce.ipynb"])
+    assert links == ["https://colab.research.google.com/github/course/ex01/blob/main/notebooks/ex01/task1_infonce.ipynb"]
+    config.write_text('pack_ur1 = "typo"\n')
+    with pytest.raises(ValueError, match="unknown keys"):
+        bundle.load_config(config)
+
+
+# ---------------------------------------------------------------------------------------- leaks
+def test_no_solution_block_appears_in_any_file_of_the_bundle(built):
+    folder, _ = built
+    assert solution_blocks(), "no solution blocks found: the leak check would check nothing"
+    assert leaks(folder) == []
+
+
+def test_the_leak_check_catches_planted_leaks(built, tmp_path):
+    """A solution block pasted with renamed variables into a helper, and a model answer pasted into a
+    README, are both found; the same files without the paste are clean."""
+    folder, _ = built
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    assert leaks(copy) == []
+    code = next(lines for _, kind, lines in solution_blocks() if kind == "code" and len(lines) >= 6)
+    where, source = _raw_block("code")
+    renamed = source.replace("(", " ( ")  # whitespace changes must not hide it either
+    for old in sorted(set(_identifiers(source)), key=len, reverse=True)[:5]:
+        renamed = renamed.replace(old, old + "_renamed")
+    (copy / "utils" / "helpers_planted.py").write_text("def planted(x):\n" + textwrap.indent(renamed, "    "))
+    found = leaks(copy)
+    assert len(found) == 1 and "helpers_planted.py" in found[0] and where in found[0], found
+    (copy / "utils" / "helpers_planted.py").unlink()
+    where, prose = _raw_block("prose")
+    (copy / "data" / "NOTES.md").write_text("Some notes.\n\n" + prose + "\n")
+    found = leaks(copy)
+    assert len(found) == 1 and "NOTES.md" in found[0] and where in found[0], found
+    assert code
+
+
+def _raw_block(kind: str) -> tuple[str, str]:
+    """(where, source) of the first solution block of ``kind`` with at least 6 meaningful lines."""
+    for nb in sorted((REPO / "solutions" / "ex01").glob("*.ipynb")):
+        for index, cell in enumerate(json.loads(nb.read_text())["cells"]):
+            if ("code" if cell["cell_type"] == "code" else "prose") != kind:
+                continue
+            src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+            if "BEGIN SOLUTION" not in src:
+                continue
+            block = src.split("BEGIN SOLUTION", 1)[1].split("\n", 1)[1].split("END SOLUTION", 1)[0]
+            block = block.rsplit("\n", 1)[0]
+            meaningful = [line for line in block.splitlines() if line.strip() and not line.strip().startswith("#")]
+            if len(meaningful) >= 6:
+                return f"{nb.name} cell {index}", textwrap.dedent(block)
+    raise AssertionError(f"no {kind} solution block with 6 lines")
+
+
+def _identifiers(source: str) -> list[str]:
+    import keyword
+    import re
+
+    return [w for w in re.findall(r"\b[a-z_][a-z0-9_]{3,}\b", source) if not keyword.iskeyword(w)]
+
+
+# --------------------------------------------------------------------- a fresh environment
+def _fresh_venv(path: Path, *extra_paths: Path) -> Path:
+    """A virtual environment with no pack installed. To keep the test fast, the heavy pinned packages
+    are borrowed from the pack's own environment through a plain path entry (whose .pth files, such
+    as the repository's editable install, are NOT processed); the bundle is installed from its files."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    python = path / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    lines = [str(p) for p in extra_paths] + [sysconfig.get_paths()["purelib"]]
+    (Path(site) / "borrowed-packages.pth").write_text("\n".join(lines) + "\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    probe = subprocess.run([str(python), "-c", "import utils"], cwd=path, env=clean, capture_output=True, text=True)
+    assert probe.returncode != 0, "the fresh environment must not see the repository's utils"
+    return python
+
+
+def _env(tmp_path: Path, **extra) -> dict:
+    """Offline, quiet, with the model cache shared with the rest of the test session."""
+    build = tmp_path / "build"
+    build.mkdir(exist_ok=True)
+    shared = REPO / "build" / "cache"
+    shared.mkdir(parents=True, exist_ok=True)
+    if not (build / "cache").exists():
+        (build / "cache").symlink_to(shared, target_is_directory=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "JUPYTER", "NBGRADER"))}
+    env.update(LAS_BUILD_DIR=str(build), HF_HUB_OFFLINE="1", PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
+               HOME=str(tmp_path / "home"), MPLBACKEND="Agg", **extra)
+    (tmp_path / "home").mkdir(exist_ok=True)
+    return env
+
+
+RUN_GIVEN_CELLS = r'''
+import json, sys
+import nbformat
+from nbclient import NotebookClient
+
+path, out = sys.argv[1], sys.argv[2]
+nb = nbformat.read(path, as_version=4)
+for cell in nb.cells:
+    if "parameters" in cell.metadata.get("tags", []):
+        cell.source = 'PRESET = "smoke"\nMODEL_SUITE = "mini"' if "MODEL_SUITE" in cell.source else 'PRESET = "smoke"'
+nb.cells.append(nbformat.v4.new_code_cell("import utils; print('UTILS FROM', utils.__file__)"))
+NotebookClient(nb, kernel_name="python3", timeout=600, allow_errors=True).execute()
+report = []
+for cell in nb.cells:
+    if cell.cell_type != "code":
+        continue
+    meta = cell.metadata.get("nbgrader", {})
+    kind = "answer" if meta.get("solution") else "test" if meta.get("grade") else meta.get("grade_id") or "given"
+    errors = [o.get("ename") for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+    report.append({"kind": kind, "errors": errors, "text": text[-2000:], "source": cell.source[:200]})
+json.dump(report, open(out, "w"))
+'''
+
+
+@pytest.mark.slow
+def test_bundle_installs_from_its_own_files_and_runs_in_a_fresh_environment(built, tmp_path):
+    """Install the bundle as its README says (`pip install --no-deps -e .`, offline) into a fresh
+    environment, then execute every student notebook there in the smoke preset: the setup cell and
+    every given cell run; the only errors are the unfilled answers (NotImplementedError) and what
+    depends on them (NameError)."""
+    folder, _ = built
+    python = _fresh_venv(tmp_path / "venv")
+    env = _env(tmp_path)
+    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-e", "."],
+                             cwd=folder, env=env, capture_output=True, text=True)
+    assert install.returncode == 0, install.stdout + install.stderr
+    driver = tmp_path / "run_given_cells.py"
+    driver.write_text(RUN_GIVEN_CELLS)
+    for name in NOTEBOOKS:
+        out = tmp_path / f"{name}.json"
+        proc = subprocess.run([str(python), str(driver), str(folder / "notebooks" / "ex01" / name), str(out)],
+                              cwd=folder / "notebooks" / "ex01", env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, f"{name}: {proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        report = json.loads(out.read_text())
+        setup = next(r for r in report if r["kind"] == "setup")
+        assert setup["errors"] == [], f"{name}: the setup cell failed: {setup['errors']} {setup['text']}"
+        assert "Preset: smoke" in setup["text"], f"{name}: {setup['text']}"
+        given = [r for r in report if r["kind"] == "given"]
+        broken = [r for r in given if set(r["errors"]) - {"NotImplementedError", "NameError"}]
+        assert not broken, f"{name}: given cells failed in the bundle: {broken}"
+        assert any(not r["errors"] for r in given), f"{name}: no given cell ran"
+        assert f"UTILS FROM {folder / 'utils'}" in report[-1]["text"], f"{name}: {report[-1]}"
+
+
+COLAB_DRIVER = r'''
+import json, sys
+import google.colab  # noqa: F401 - a hosted runtime has this module loaded before any cell runs
+cell = json.load(open(sys.argv[1]))
+PRESET = "smoke"
+exec(compile(cell, "setup-cell", "exec"))
+import utils
+print("UTILS FROM", utils.__file__)
+'''
+
+
+@pytest.mark.slow
+def test_colab_setup_cell_installs_the_pack_from_the_configured_location(built, tmp_path):
+    """A stand-in `google.colab` module, no pack installed: Task 1's setup cell unpacks the bundle from
+    its PACK_URL (a local path here), installs it with pip and carries on to the end of the cell."""
+    folder, archive = built
+    colab = tmp_path / "colab-stand-in"
+    (colab / "google" / "colab").mkdir(parents=True)
+    (colab / "google" / "colab" / "__init__.py").write_text("HOSTED = True\n")
+    python = _fresh_venv(tmp_path / "venv", colab)
+    env = _env(tmp_path)
+    cell = _setup_cell(folder / "notebooks" / "ex01" / "task1_infonce.ipynb")["source"]
+    assert f'PACK_URL = "{archive}"' in cell
+    (tmp_path / "cell.json").write_text(json.dumps(cell))
+    (tmp_path / "driver.py").write_text(COLAB_DRIVER)
+    proc = subprocess.run([str(python), str(tmp_path / "driver.py"), str(tmp_path / "cell.json")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    installed = Path(env["HOME"]) / BUNDLE_NAME
+    assert "installing it from" in proc.stdout and str(archive) in proc.stdout, proc.stdout
+    assert "Preset: smoke" in proc.stdout, proc.stdout
+    assert f"UTILS FROM {installed / 'utils'}" in proc.stdout, proc.stdout
+    show = subprocess.run([str(python), "-m", "pip", "show", f"learning-at-scale-ex01-student"],
+                          env=env, capture_output=True, text=True)
+    assert show.returncode == 0 and str(installed) in show.stdout, show.stdout + show.stderr
+
+    # Without the stand-in (a plain local Python) the same cell says how to install instead.
+    plain = _fresh_venv(tmp_path / "venv-plain")
+    proc = subprocess.run([str(plain), "-c", "import json,sys; PRESET='smoke'; exec(json.load(open(sys.argv[1])))",
+                           str(tmp_path / "cell.json")], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "./pack.sh env" in proc.stderr, proc.stderr[-2000:]
