@@ -317,29 +317,11 @@ def load_masked_lm(name: str = "mini-bert", *, suite: str = "default"):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m utils.lm build [default|small|micro] [--force]``: build a suite and print its manifest summary."""
-    import argparse
+    """``python -m utils.lm build [default|small|micro] [--force]``: the same command as
+    ``python -m utils.suite_build build ...`` (build a suite and print its manifest summary)."""
+    from .suite_build import main as build_main
 
-    from .suite_recipes import SUITES
-
-    parser = argparse.ArgumentParser(prog="python -m utils.lm", description=main.__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="train (or reuse) the miniature suite")
-    b.add_argument("suite", nargs="?", default="default", choices=sorted(SUITES))
-    b.add_argument("--force", action="store_true", help="retrain even when cached")
-    args = parser.parse_args(argv)
-    folder = build_suite(args.suite, force=args.force)
-    manifest = suite_manifest(args.suite, build=False)
-    print(f"suite {args.suite!r} in {folder}")
-    print(f"  {manifest['tokens_per_step']} tokens/step, steps {manifest['steps']}")
-    for m in manifest["models"]:
-        t = m["training"]
-        print(f"  {m['name']:<20} non-embedding {m['non_embedding_params']:>10,}  total {m['total_params']:>11,}  "
-              f"held-out loss {t['final_held_out_loss']:.3f} nats/token  ({t['train_tokens_per_second']:.0f} tok/s)")
-    bert = manifest["bert"]
-    print(f"  mini-bert            total {bert['total_params']:,}  held-out masked loss "
-          f"{bert['training']['held_out_masked_loss']:.3f} nats/token")
-    return 0
+    return build_main(argv)
 
 
 if __name__ == "__main__":

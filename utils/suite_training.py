@@ -228,6 +228,20 @@ def clip_grad_norm_(params: list[torch.Tensor], groups: GroupedVocabulary, max_n
     return norm
 
 
+def _optimizer_step(opt, params, groups: "GroupedVocabulary", recipe, loss: torch.Tensor, lr: float) -> float:
+    """The update every suite model shares: set ``lr``, backpropagate ``loss`` (0-dim), rescale the
+    grouped vocabulary's gradients, clip, step, decay the grouped rows; returns the loss as a float."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    groups.rescale_group_grads()
+    clip_grad_norm_(params, groups, recipe.grad_clip)
+    opt.step()
+    groups.in_decay *= 1 - lr * recipe.weight_decay
+    return float(loss.detach())
+
+
 @contextlib.contextmanager
 def quiet_transformers():
     """Context manager: silences transformers' per-file progress bars (weights loading, shard
@@ -269,17 +283,9 @@ class _CausalRun:
     def step(self, step: int, windows: torch.Tensor) -> float:
         """One optimizer step (0-based ``step``) on ``windows [B, T+1]``; returns the training loss."""
         lr = lr_at(step, self.size.lr, self.recipe, self.recipe.total_steps)
-        for g in self.opt.param_groups:
-            g["lr"] = lr
         h = self.body(inputs_embeds=self.groups.embed(windows[:, :-1], training=True)).last_hidden_state
         loss = self.groups.nll(h.reshape(-1, h.shape[-1]), windows[:, 1:].reshape(-1)).mean()
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.groups.rescale_group_grads()
-        clip_grad_norm_(self.params, self.groups, self.recipe.grad_clip)
-        self.opt.step()
-        self.groups.in_decay *= 1 - lr * self.recipe.weight_decay
-        return float(loss.detach())
+        return _optimizer_step(self.opt, self.params, self.groups, self.recipe, loss, lr)
 
     @torch.no_grad()
     def held_out_loss(self, windows: torch.Tensor, batch: int = 16) -> float:
@@ -434,16 +440,8 @@ class _BertRun:
     def step(self, step: int, windows: torch.Tensor, generator: torch.Generator) -> float:
         """One optimizer step (0-based ``step``) on ``windows [B, T]``; returns the masked-token loss."""
         lr = lr_at(step, self.size.lr, self.recipe, self.recipe.bert_steps)
-        for group in self.opt.param_groups:
-            group["lr"] = lr
         loss = self._masked_nll(windows, generator, True).mean()
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.groups.rescale_group_grads()
-        clip_grad_norm_(self.params, self.groups, self.recipe.grad_clip)
-        self.opt.step()
-        self.groups.in_decay *= 1 - lr * self.recipe.weight_decay
-        return float(loss.detach())
+        return _optimizer_step(self.opt, self.params, self.groups, self.recipe, loss, lr)
 
     @torch.no_grad()
     def held_out_masked_loss(self, windows: torch.Tensor) -> float:
