@@ -7,12 +7,14 @@
 Writes build/bench/simclr.json. Everything is measured side by side in one run, on the same CPU
 and thread count:
 
-* augmented views per second of the notebook's batched ``augment_batch`` (model solution) against
+* augmented views per second of the extension's batched ``augment_batch`` (model solution) against
   the standard per-image torchvision pipeline on PIL images (RandomResizedCrop, flip, colour
   jitter with p = 0.8, grayscale), both in one process and through a DataLoader with as many
-  workers as threads;
-* SimCLR training images per second (``simclr_train_step``) for the cpu preset's encoder, and on
-  a GPU for ResNet-18 with bf16 autocast and channels-last;
+  workers as threads, and against the core's given ``utils.vision.simclr_augment`` (torchvision v2
+  on tensors, one image at a time, one process);
+* SimCLR training images per second (``simclr_train_step``) for the cpu preset's encoder (with the
+  batched and with the given augmentation), and on a GPU for ResNet-18 with bf16 autocast and
+  channels-last (batched augmentation);
 * with ``--cpu-preset``: the cpu preset notebook executed end to end (papermill) on real CIFAR-10
   from ``--cifar`` (a folder holding cifar-10-batches-py), its wall time and the linear-probe
   accuracies of SimCLR and of the same encoder with random weights, both from that one run, and
@@ -120,6 +122,14 @@ def bench_augmentation(ns: dict, images: torch.Tensor, threads: int, seconds: fl
         loader_rate = n / (time.perf_counter() - start)
         del it, loader
     baseline = max(per_image_one_process, loader_rate or 0.0)
+
+    # The core's given augmentation (utils.vision.simclr_augment): per image, one process.
+    vision.simclr_augment(batch[:64], gen)
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        vision.simclr_augment(batch, gen)
+        n += len(batch)
+    given = n / (time.perf_counter() - start)
     return {
         "batch_size": len(batch),
         "pack_batched_views_per_s": batched,
@@ -127,6 +137,8 @@ def bench_augmentation(ns: dict, images: torch.Tensor, threads: int, seconds: fl
         "baseline_per_image_views_per_s_one_process": per_image_one_process,
         "baseline_dataloader_views_per_s": loader_rate,
         "baseline_dataloader_workers": threads if threads > 1 else None,
+        "given_per_image_views_per_s": given,
+        "speedup_vs_given": batched / given,
         "speedup_vs_best_baseline": batched / baseline,
         "speedup_goal": 8.0,
         "goal_met": batched / baseline >= 8.0,
@@ -135,7 +147,10 @@ def bench_augmentation(ns: dict, images: torch.Tensor, threads: int, seconds: fl
 
 # -------------------------------------------------------------------------------------- training
 def bench_training(ns: dict, images: torch.Tensor, encoder_name: str, device: torch.device, *,
-                   batch_size: int, autocast_dtype=None, channels_last=False, steps: int = 6) -> dict:
+                   batch_size: int, autocast_dtype=None, channels_last=False, steps: int = 6, augment=None) -> dict:
+    """Training images per second of ``simclr_train_step`` with ``augment`` (default: the batched
+    ``augment_batch``; pass ``vision.simclr_augment`` for the core's given one)."""
+    augment = ns["augment_batch"] if augment is None else augment
     torch.manual_seed(0)
     encoder = vision.make_encoder(encoder_name, device=device, channels_last=channels_last)
     head = ns["ProjectionHead"](encoder.feature_dim, 2 * encoder.feature_dim, 128).to(device)
@@ -144,12 +159,12 @@ def bench_training(ns: dict, images: torch.Tensor, encoder_name: str, device: to
     batch = images[:batch_size].to(device)
     step = ns["simclr_train_step"]
     for _ in range(2):  # warm-up (cuDNN autotuning, allocator)
-        step(encoder, head, opt, batch, augment=ns["augment_batch"], generator=gen, autocast_dtype=autocast_dtype)
+        step(encoder, head, opt, batch, augment=augment, generator=gen, autocast_dtype=autocast_dtype)
     if device.type == "cuda":
         torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(steps):
-        loss = step(encoder, head, opt, batch, augment=ns["augment_batch"], generator=gen, autocast_dtype=autocast_dtype)
+        loss = step(encoder, head, opt, batch, augment=augment, generator=gen, autocast_dtype=autocast_dtype)
     float(loss)
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -211,6 +226,7 @@ def run_cpu_preset(cifar: str, threads: int) -> dict:
         "knn": results["knn"],
         "alignment_uniformity": results["alignment_uniformity"],
         "ablation": results["ablation"],
+        "augmentation_ablation": results.get("augmentation_ablation"),
         "executed_notebook": str(run_dir / "taskA_simclr.ipynb"),
     }
 
@@ -281,11 +297,16 @@ def main(argv=None) -> int:
     print(f"augmentation: pack {a['pack_batched_views_per_s']:,.0f} views/s (best of 1..{args.threads} threads) | per-image torchvision "
           f"{a['baseline_per_image_views_per_s_one_process']:,.0f} views/s (one process), "
           f"{a['baseline_dataloader_views_per_s'] or float('nan'):,.0f} views/s (DataLoader, {args.threads} workers) "
-          f"| speed-up {a['speedup_vs_best_baseline']:.1f}x (goal 8x)")
+          f"| speed-up {a['speedup_vs_best_baseline']:.1f}x (goal 8x) | core's given per-image simclr_augment "
+          f"{a['given_per_image_views_per_s']:,.0f} views/s ({a['speedup_vs_given']:.1f}x slower than batched)")
     report["training_cpu"] = bench_training(ns, images, "small_cnn", torch.device("cpu"), batch_size=256,
                                             steps=2 if args.quick else 6)
     print(f"training (small_cnn, cpu, batch 256, {args.threads} threads): "
           f"{report['training_cpu']['train_images_per_s']:,.0f} images/s")
+    report["training_cpu_given_augmentation"] = bench_training(ns, images, "small_cnn", torch.device("cpu"), batch_size=256,
+                                                               steps=2 if args.quick else 6, augment=vision.simclr_augment)
+    print(f"training (small_cnn, cpu, batch 256, {args.threads} threads, the core's given per-image augmentation): "
+          f"{report['training_cpu_given_augmentation']['train_images_per_s']:,.0f} images/s")
     if args.threads > 1:
         torch.set_num_threads(1)
         report["training_cpu_one_thread"] = bench_training(ns, images, "small_cnn", torch.device("cpu"), batch_size=256,

@@ -128,9 +128,14 @@ def cmd_export(args) -> int:
 
     course = _course(args)
     out, rows = export(course, Path(args.to) if args.to else None)
+
+    def part(r, tier):   # e.g. "31/61" (autograded and manual points of the tier so far)
+        return f"{r[tier + '_score']:g}/{r[tier + '_max']:g}" if r[tier + "_max"] != "" else "-"
+
     print(table([[r["student_id"], r["status"], f"{r['autograded_score']:g}/{r['autograded_max']}",
-                  "pending" if r["needs_manual_grade"] else f"{r['manual_score']:g}", r["reason"] or "-"] for r in rows],
-                ["student", "status", "autograded", "manual", "reason"]))
+                  "pending" if r["needs_manual_grade"] else f"{r['manual_score']:g}", part(r, "core"),
+                  part(r, "extension"), r["reason"] or "-"] for r in rows],
+                ["student", "status", "autograded", "manual", "core", "extensions", "reason"]))
     print(f"wrote {len(rows)} rows to {out}: {_count(r['status'] for r in rows)}")
     return 0
 

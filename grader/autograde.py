@@ -362,6 +362,7 @@ def _apply_verdict(course, notebook, verdict, executed, result) -> None:
     result.verdict = verdict
     if executed is not None:
         _annotate(executed, verdict)
+        _insert_rubrics(executed, course.source / f"{notebook}.ipynb")
 
 
 def _annotate(executed: Path, verdict) -> None:
@@ -464,6 +465,28 @@ def _is_manual(gb, cell) -> bool:
 
 
 # ----------------------------------------------------------------------------- the batch
+def _insert_rubrics(executed: Path, source: Path) -> None:
+    """Put each written answer's rubric (from the source notebook, grader/tiers.py) directly under the
+    student's answer in the autograded notebook, where the TA grades it in formgrader. Cells a student
+    tagged ``rubric`` are dropped first; feedback drops every rubric cell again (feedback.sanitise)."""
+    from .tiers import RUBRIC_TAG, rubric_cells, strip_rubrics
+
+    try:
+        rubrics = rubric_cells(source)
+        nb = strip_rubrics(json.loads(executed.read_text(encoding="utf-8")))
+        cells = []
+        for cell in nb["cells"]:
+            cells.append(cell)
+            gid = ((cell.get("metadata") or {}).get("nbgrader") or {}).get("grade_id")
+            if gid in rubrics and cell.get("cell_type") == "markdown":
+                cells.append({"cell_type": "markdown", "metadata": {"tags": [RUBRIC_TAG]},
+                              "source": rubrics.pop(gid)})
+        nb["cells"] = cells
+        executed.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+
+
 def autograde(course: Course, students: list[str] | None = None, settings: Settings | None = None,
               progress=print, sync: bool = True) -> dict[str, dict]:
     """Grade ``students`` (default: everyone in grading/submitted). Returns student -> status dict

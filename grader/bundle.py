@@ -260,7 +260,8 @@ def _prose(line: str) -> str:
 
 def solution_blocks(solutions: Path | None = None) -> list[tuple[str, str, list[str]]]:
     """``[(where, kind, lines)]``: the lines between ``### BEGIN SOLUTION`` and ``### END SOLUTION``
-    of every cell of every source notebook, blank and comment lines dropped. ``kind`` is ``"code"``
+    of every cell of every source notebook (and every line of a TA's rubric cell), blank and comment
+    lines dropped. ``kind`` is ``"code"``
     (lines normalised to their shape by :func:`_normalise`) or ``"prose"`` (a markdown model answer:
     lower case, whitespace collapsed)."""
     solutions = solutions or ROOT / "solutions" / ASSIGNMENT
@@ -270,6 +271,11 @@ def solution_blocks(solutions: Path | None = None) -> list[tuple[str, str, list[
             src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
             kind = "code" if cell.get("cell_type") == "code" else "prose"
             norm = _normalise if kind == "code" else _prose
+            if "rubric" in (cell.get("metadata", {}).get("tags") or []):   # a TA's rubric: all of it is secret
+                lines = [n for n in (_prose(raw) for raw in src.splitlines()) if n]
+                if lines:
+                    blocks.append((f"{nb.name} cell {index} (rubric)", "prose", lines))
+                continue
             inside, lines = False, []
             for raw in src.splitlines():
                 if "BEGIN SOLUTION" in raw:

@@ -24,6 +24,7 @@ from pathlib import Path
 from . import ASSIGNMENT
 from .course import COURSE_ID, Course, nbgrader, printable, shown, snapshot_db, valid_student_id, write_csv
 from .submissions import INTEGRITY_TAG
+from .tiers import RUBRIC_TAG, grade_tiers
 
 HIDDEN_BLOCK = re.compile(r"[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[ \t]*\n?", re.S)
 PLACEHOLDER = "# (hidden tests ran here; their results are below)\n"
@@ -34,16 +35,25 @@ SGR_NUMBER = re.compile(r"\d{1,3}")
 
 
 # ----------------------------------------------------------------------------- export
+def _tiers(course: Course) -> dict[tuple[str, str], str]:
+    """(notebook, grade_id) -> "core" | "extension", read from the source notebooks (never a student's)."""
+    return {(path.stem, gid): tier for path in sorted(course.source.glob("*.ipynb"))
+            for gid, tier in grade_tiers(path).items()}
+
+
 def gradebook_rows(course: Course, students: list[str]) -> dict[str, dict]:
-    """student -> autograded score/max, manual score, needs_manual_grade, per notebook scores."""
+    """student -> autograded score/max, manual score, needs_manual_grade, per notebook scores, and the
+    points (autograded and manual) of the core and of the extensions, each with its maximum."""
     from nbgrader.api import Gradebook, MissingEntry, SolutionCell
 
+    tiers = _tiers(course)
     rows = {}
     with Gradebook(course.db_url, COURSE_ID) as gb:
         manual_cells = {(c.notebook.name, c.name) for c in gb.db.query(SolutionCell).all()}
         for student in students:
             row = {"autograded_score": 0.0, "autograded_max": 0.0, "manual_score": 0.0,
-                   "needs_manual_grade": False, "per_notebook": {}}
+                   "needs_manual_grade": False, "per_notebook": {}, "core_score": 0.0, "core_max": 0.0,
+                   "extension_score": 0.0, "extension_max": 0.0}
             try:
                 sub = gb.find_submission(ASSIGNMENT, student)
             except MissingEntry:
@@ -52,6 +62,9 @@ def gradebook_rows(course: Course, students: list[str]) -> dict[str, dict]:
             for nb in sub.notebooks:
                 nb_score = 0.0
                 for grade in nb.grades:
+                    tier = tiers.get((nb.notebook.name, grade.cell.name), "core")
+                    row[f"{tier}_score"] += grade.score or 0.0
+                    row[f"{tier}_max"] += grade.max_score or 0.0
                     if (nb.notebook.name, grade.cell.name) in manual_cells:
                         row["manual_score"] += grade.score or 0.0
                         row["needs_manual_grade"] |= bool(grade.needs_manual_grade)
@@ -115,11 +128,14 @@ def export(course: Course, out: Path | None = None) -> tuple[Path, list[dict]]:
                "autograded_max": g["autograded_max"] if g else "",
                "manual_score": g["manual_score"] if g else 0.0,
                "needs_manual_grade": g["needs_manual_grade"] if g else False,
-               "score": g["score"] if g else 0.0, "max_score": g["max_score"] if g else ""}
+               "score": g["score"] if g else 0.0, "max_score": g["max_score"] if g else "",
+               **{k: g[k] if g else (0.0 if k.endswith("score") else "")
+                  for k in ("core_score", "core_max", "extension_score", "extension_max")}}
         for nb in notebooks:
             row[nb] = g["per_notebook"].get(nb, 0.0) if g else 0.0
         rows.append(row)
-    fields = ["student_id", "status", "reason", "score", "max_score", "autograded_score", "autograded_max",
+    fields = ["student_id", "status", "reason", "score", "max_score", "core_score", "core_max",
+              "extension_score", "extension_max", "autograded_score", "autograded_max",
               "manual_score", "needs_manual_grade", *notebooks]
     write_csv(out, fields, rows)
     return out, rows
@@ -183,8 +199,8 @@ def sanitise(nb: dict) -> dict:
     """A copy of an autograded notebook that is safe to show the student (and safe to render)."""
     cells = []
     for cell in nb["cells"]:
-        if INTEGRITY_TAG in cell.get("metadata", {}).get("tags", []):
-            continue
+        if {INTEGRITY_TAG, RUBRIC_TAG} & set(cell.get("metadata", {}).get("tags", [])):
+            continue  # the grader's integrity note and the TA's rubrics are not for the student
         src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         if "BEGIN HIDDEN TESTS" in src:
             src = HIDDEN_BLOCK.sub(PLACEHOLDER, src)

@@ -59,13 +59,18 @@ def generate_release(out_dir: Path | None = None) -> Path:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(generated, dest)
         for nb in dest.glob("*.ipynb"):
-            _normalise(nb)
+            _normalise(nb, drop_rubrics=True)
         return dest
 
 
-def _normalise(path: Path) -> None:
-    """Write notebooks with stable formatting, so the committed release diffs cleanly."""
+def _normalise(path: Path, *, drop_rubrics: bool = False) -> None:
+    """Write notebooks with stable formatting, so the committed release diffs cleanly; with
+    ``drop_rubrics`` the TA's rubric cells (grader/tiers.py) are removed first."""
     data = json.loads(path.read_text(encoding="utf-8"))
+    if drop_rubrics:
+        from .tiers import strip_rubrics
+
+        strip_rubrics(data)
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
 
 

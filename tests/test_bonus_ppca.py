@@ -272,6 +272,36 @@ def talk_snippet_log_marginal(x, W, mu, sigma2):
     return torch.distributions.Normal(mu, S, validate_args=False).log_prob(x).sum(-1)
 
 
+def talk_snippet_as_written(x, W, mu, sigma2):
+    """The talk's code as written: Normal(torch.zeros(D), S), which validates its scale (S has negative entries)."""
+    S = _covariance(W, sigma2)
+    return torch.distributions.Normal(torch.zeros(W.shape[0], dtype=W.dtype), S).log_prob(x)
+
+
+def talk_snippet_unvalidated(x, W, mu, sigma2):
+    """The same without validation: a D x D array of elementwise log-densities for one x."""
+    S = _covariance(W, sigma2)
+    return torch.distributions.Normal(mu, S.abs(), validate_args=False).log_prob(x)
+
+
+@pytest.mark.parametrize("wrong,probes", [(talk_snippet_as_written, ("lm_batch", "lm_single")),
+                                          (talk_snippet_unvalidated, ("lm_single",))])
+def test_the_talk_snippet_hears_the_erratum(sol, wrong, probes):
+    """The hidden tests say the erratum of (a) back: Normal is 1-D, p(x) is ONE MultivariateNormal."""
+    failed = failed_cases(sol, "ppca_log_marginal", ppca_log_marginal=wrong)
+    for probe in probes:
+        assert "MultivariateNormal(mu, covariance_matrix=S)" in failed.get(probe, ""), failed
+
+
+def test_the_erratum_check_spares_right_answers(sol):
+    """A right answer never hears the erratum (the solution's values, and MultivariateNormal itself)."""
+    def mvn(x, W, mu, sigma2):
+        return torch.distributions.MultivariateNormal(mu, covariance_matrix=_covariance(W, sigma2)).log_prob(x)
+
+    assert failed_cases(sol, "ppca_log_marginal") == {}
+    assert failed_cases(sol, "ppca_log_marginal", ppca_log_marginal=mvn) == {}
+
+
 @pytest.mark.parametrize("wrong", [elementwise_log_marginal, talk_snippet_log_marginal])
 def test_independent_normals_are_rejected(sol, wrong):
     failed = failed_cases(sol, "ppca_log_marginal", ppca_log_marginal=wrong)

@@ -24,19 +24,57 @@ from utils import vision
 
 @pytest.fixture(scope="module")
 def ns():
-    """The notebook's answer cells (solutions included) and the given augment_batch."""
+    """The notebook's answer cells (solutions included), the given simclr_augment and the extension's
+    given augment_batch."""
     return checks.solution_namespace()
 
 
 def test_solution_namespace_has_every_function(ns):
-    for name in ("random_resized_crop_flip", "colour_distort", "augment_batch", "nt_xent_loss", "ProjectionHead",
-                 "simclr_train_step", "linear_probe_accuracy", "knn_accuracy"):
+    for name in ("simclr_augment", "random_resized_crop_flip", "colour_distort", "augment_batch", "nt_xent_loss_loop",
+                 "nt_xent_loss", "ProjectionHead", "simclr_train_step", "linear_probe_accuracy", "knn_accuracy"):
         assert callable(ns[name]), name
     views = ns["augment_batch"](torch.randint(0, 256, (4, 3, 32, 32), dtype=torch.uint8))
     assert views.shape == (4, 3, 32, 32) and views.dtype == torch.float32
 
 
+def test_loop_and_vectorised_nt_xent_agree(ns):
+    g = torch.Generator().manual_seed(3)
+    for n, d, tau in [(1, 4, 0.5), (3, 5, 0.1), (8, 16, 0.5)]:
+        z1, z2 = torch.randn(n, d, generator=g, dtype=torch.float64), torch.randn(n, d, generator=g, dtype=torch.float64)
+        loop, vec = ns["nt_xent_loss_loop"](z1, z2, tau), ns["nt_xent_loss"](z1, z2, tau)
+        assert loop.dtype == vec.dtype == torch.float64 and torch.isclose(loop, vec, rtol=1e-12), (n, loop, vec)
+
+
 # ------------------------------------------------------------------------------ utils.vision
+def test_given_augmentation_shapes_switches_and_seeding():
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (1, 3, 32, 32), generator=g, dtype=torch.uint8).expand(12, -1, -1, -1).contiguous()
+    views = vision.simclr_augment(images, torch.Generator().manual_seed(1), size=24)
+    assert views.shape == (12, 3, 24, 24) and views.dtype == torch.float32
+    assert 0 <= float(views.min()) and float(views.max()) <= 1
+    flat = views.flatten(1)
+    assert len({tuple(v[:50].tolist()) for v in flat}) == 12, "every copy of an image must get its own view"
+    again = vision.simclr_augment(images, torch.Generator().manual_seed(1), size=24)
+    assert torch.equal(views, again), "the same generator state must give the same views"
+    assert not torch.equal(views, vision.simclr_augment(images, torch.Generator().manual_seed(2), size=24))
+    # Both switches off at the images' size: the images themselves, as floats in [0, 1].
+    plain = vision.simclr_augment(images, size=32, crop=False, colour=False)
+    assert torch.allclose(plain, images.float() / 255, atol=1e-6)
+    # Colour only: no crop, so a grayscale-free, jitter-free image keeps its geometry; crop only: colours kept
+    # (a constant image stays that constant colour whatever the crop).
+    const = torch.tensor([0.2, 0.5, 0.8]).view(1, 3, 1, 1).expand(6, 3, 32, 32).contiguous()
+    cropped = vision.simclr_augment(const, size=16, colour=False)
+    assert cropped.shape == (6, 3, 16, 16) and torch.allclose(cropped, const[:, :, :16, :16], atol=1e-5)
+    coloured = vision.simclr_augment(const, size=32, crop=False)
+    assert coloured.shape == (6, 3, 32, 32) and not torch.allclose(coloured, const)
+    # Float input and the views' device follow the input; the global RNG is left alone.
+    state = torch.get_rng_state()
+    vision.simclr_augment(images.float() / 255, torch.Generator().manual_seed(5))
+    assert torch.equal(state, torch.get_rng_state())
+    with pytest.raises(ValueError):
+        vision.simclr_augment(torch.rand(3, 32, 32))
+
+
 def test_resnet18_has_the_cifar_stem():
     net = vision.make_encoder("resnet18")
     resnet = net[1]
@@ -144,6 +182,10 @@ def test_benchmark_functions_run(ns):
     images = torch.randint(0, 256, (256, 3, 32, 32), dtype=torch.uint8)
     aug = bench.bench_augmentation(ns, images, threads=1, seconds=0.2)
     assert aug["pack_batched_views_per_s"] > 0 and aug["baseline_per_image_views_per_s_one_process"] > 0
+    assert aug["given_per_image_views_per_s"] > 0
+    given = bench.bench_training(ns, images, "tiny_cnn", torch.device("cpu"), batch_size=32, steps=1,
+                                 augment=vision.simclr_augment)
+    assert given["train_images_per_s"] > 0
     train = bench.bench_training(ns, images, "tiny_cnn", torch.device("cpu"), batch_size=32, steps=1)
     assert train["train_images_per_s"] > 0
     labels = torch.arange(256) % 10
@@ -251,7 +293,8 @@ def test_notebook_last_cell_survives_a_read_only_cache(tmp_path, monkeypatch, ca
           "train_seconds": 1.0, "history": {"resumed_from": None, "eval": [{"epoch": 1, "knn": 0.5}]},
           "probe_rows": {"SimCLR": {"linear probe (%)": 50.0, "kNN, k=20 (%)": 40.0}},
           "au": pd.DataFrame({"alignment": [1.0], "uniformity": [-2.0]}, index=["SimCLR"]),
-          "ablation": pd.DataFrame([{"temperature": 0.5, "batch size": 32}])}
+          "ablation": pd.DataFrame([{"temperature": 0.5, "batch size": 32}]),
+          "aug_ablation": pd.DataFrame({"linear probe (%)": [30.0, 40.0]}, index=["crop only", "crop + colour"])}
     exec(last, ns)
     out = capsys.readouterr().out
     assert "Results not saved" in out and "Read-only file system" in out
@@ -297,3 +340,53 @@ def test_utils_hand_out_no_training_step_and_the_baseline_defines_its_own_after_
     baseline = next(i for i, s in enumerate(sources) if "def train_supervised(" in s)
     assert baseline > graded and not cells[baseline].get("metadata", {}).get("nbgrader", {}).get("grade")
     assert "step_fn" not in sources[baseline] and "def step(" in sources[baseline]
+
+
+# ------------------------------------------------------- core and extension (issue #14)
+def _tags(cell) -> list[str]:
+    return cell.get("metadata", {}).get("tags") or []
+
+
+def test_core_cells_never_call_the_extension():
+    """A student who skips the extension gets a core that runs top to bottom: no core cell uses a name an
+    extension cell defines, and the extension is one final section."""
+    import re
+
+    cells = _solution_cells()
+    ext = [i for i, c in enumerate(cells) if "extension" in _tags(c)]
+    assert ext and ext == list(range(ext[0], len(cells))), "the extension cells must form the final section"
+    assert "".join(cells[ext[0]]["source"]).startswith("## Extensions (optional)")
+    defined = set()
+    for i in ext:
+        defined |= set(re.findall(r"^def (\w+)", "".join(cells[i]["source"]), flags=re.M))
+    assert {"random_resized_crop_flip", "colour_distort", "augment_batch"} <= defined
+    for c in cells[:ext[0]]:
+        if c["cell_type"] == "code":
+            used = {name for name in defined if re.search(rf"\b{name}\b", "".join(c["source"]))}
+            assert not used, f"core cell {c['id']} uses extension names {sorted(used)}"
+
+
+def test_uniformity_is_computed_per_view():
+    """Erratum: Wang and Isola's uniformity is per view (pairs of different images), averaged over the views."""
+    (cell,) = ["".join(c["source"]) for c in _solution_cells() if "def alignment_uniformity(" in "".join(c["source"])]
+    assert "vision.uniformity(z1)" in cell and "vision.uniformity(z2)" in cell
+    assert "uniformity(torch.cat" not in cell
+
+
+def test_kornia_pipeline_draws_per_image_and_is_reproducible():
+    """The GPU path of the given augmentation (kornia, batched): every image its own crop and colours,
+    the same seed the same views, shape and range kept. Checked on the CPU (no GPU in CI)."""
+    from utils.vision import kornia_pipeline
+
+    pipeline = kornia_pipeline(24)
+    assert pipeline is not None, "kornia is in requirements.txt; install it"
+    x = torch.rand(1, 3, 32, 32).expand(16, -1, -1, -1).contiguous()   # 16 copies of one image
+    torch.manual_seed(0)
+    a = pipeline(x)
+    torch.manual_seed(0)
+    b = pipeline(x)
+    assert a.shape == (16, 3, 24, 24) and torch.equal(a, b)
+    assert float(a.min()) >= 0 and float(a.max()) <= 1
+    distinct = {tuple(v.flatten()[:50].tolist()) for v in a}
+    assert len(distinct) >= 12, f"copies of one image got only {len(distinct)} distinct views of 16"
+    assert kornia_pipeline(32, crop=False, colour=False)(x).allclose(x, atol=1e-6)

@@ -16,6 +16,7 @@ import torch
 
 from conftest import SOLUTIONS
 
+from grader import tiers
 from grader.checks import task2_pseudo_likelihood as checks
 from grader.judge import load_cases
 
@@ -47,9 +48,41 @@ def test_every_answer_has_a_test_cell_judged_by_cases():
         assert f"test_{name}" in graded and f"test_{name}" in judged, name
         assert "### BEGIN HIDDEN TESTS" not in graded[f"test_{name}"], name  # the judge decides, outside the kernel
     manual = [m["grade_id"] for m in meta if m.get("solution") and m.get("grade")]
-    assert manual == ["answer_a", "answer_b1", "answer_b2", "answer_c1", "answer_c2", "answer_c3", "answer_bert"]
+    assert manual == ["answer_a", "answer_b2", "answer_c1", "answer_c3", "answer_c2", "answer_bert"]
     params = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(params) == 1 and 'PRESET = "auto"' in "".join(params[0]["source"])
+
+
+def test_core_and_extension_tiers():
+    """Issue #14: the core fits its budget, the compatibility solve, (c)(ii) and the BERT part are extensions in a
+    final section, no core cell calls an extension function, and every written answer has its rubric."""
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    assert tiers.grade_tiers(NOTEBOOK) == {
+        **dict.fromkeys(["answer_a", "test_mlm_loss", "test_masked_copies", "test_conditional_log_probs",
+                         "test_pseudo_log_likelihood", "answer_b2", "test_single_index_estimate", "answer_c1",
+                         "test_causal_log_probs", "answer_c3"], "core"),
+        **dict.fromkeys(["test_conditionals_compatible", "answer_c2", "answer_bert", "test_bert_mask"], "extension")}
+    proxy = tiers.core_proxy(NOTEBOOK)
+    assert proxy["core_lines"] <= 62 and proxy["core_written"] <= 4, proxy
+    assert (proxy["core_points"], proxy["extension_points"]) == (25, 10), proxy
+    assert tiers.rubric_problems(NOTEBOOK) == []
+    start = next(i for i, c in enumerate(cells) if "".join(c["source"]).startswith("## Extensions (optional)"))
+    assert all(not tiers.is_extension(c) for c in cells[:start])
+    assert all(tiers.is_extension(c) for c in cells[start:])
+    core_code = "\n".join("".join(c["source"]) for c in cells[:start] if c["cell_type"] == "code")
+    for name in ("conditionals_compatible", "bert_mask"):
+        assert name not in core_code, name
+    assert "Core: about 2 h. Extensions (optional): about" in "".join(cells[0]["source"])
+
+
+def test_errata_of_issue_14_are_in_the_notebook():
+    text = "\n".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"])
+    assert "p(u \\mid v) = 1" in text and "p(v \\mid u) = 0" in text  # the sheet's own example
+    assert "the sheet's two-token example" not in text
+    assert "84.4" in text and "84.3" in text and "84.2" in text  # Table 8 on MNLI
+    assert "0 % `[MASK]`" in text
+    assert "not** one pass" in text and "biased" in text  # L_MLM / q
+    assert "NaN" in text and "columns" in text.lower() and "encoder-decoder" in text
 
 
 # ------------------------------------------------------- the solution against independent references
@@ -108,6 +141,10 @@ def test_solution_conditionals_compatible_agrees_with_the_cross_ratio(solution):
         pa2 = torch.rand(na, nb, generator=gen, dtype=torch.float64) + 0.05
         pa2 = pa2 / pa2.sum(0, keepdim=True)
         assert solution["conditionals_compatible"](pa2, pb) is checks._cross_ratio_compatible(pa2, pb)
+    # the sheet's example, p(u|v) = 1 and p(v|u) = 0: the supports differ, no joint
+    sheet_a_given_b = torch.tensor([[1.0, 0.5], [0.0, 0.5]], dtype=torch.float64)
+    sheet_b_given_a = torch.tensor([[0.0, 1.0], [0.5, 0.5]], dtype=torch.float64)
+    assert solution["conditionals_compatible"](sheet_a_given_b, sheet_b_given_a) is False
 
 
 # ------------------------------------------------------------------- the reference maths itself
@@ -145,7 +182,9 @@ def test_the_pseudo_likelihood_identity_of_part_a_exactly():
     assert math.isclose(expected_loss.item(), q * nll.sum().item(), rel_tol=1e-12)
 
 
-def test_the_sheet_example_is_incompatible_and_a_joint_is_compatible():
+def test_the_full_support_example_is_incompatible_and_a_joint_is_compatible():
+    """The 0.9/0.1-against-1/2 example of (c)(i) (the sheet's own example, p(u|v) = 1 and p(v|u) = 0, has
+    different supports and is the notebook's visible test)."""
     pa = torch.tensor([[0.9, 0.1], [0.1, 0.9]], dtype=torch.float64)
     pb = torch.full((2, 2), 0.5, dtype=torch.float64)
     assert not checks._cross_ratio_compatible(pa, pb)

@@ -1,5 +1,7 @@
 """Task B (Pythia scaling): parameter counts of all ten Pythia sizes from their configs, power-law
-fits on synthetic data, and the evaluation cross-checked against lm-evaluation-harness.
+fits on synthetic data, the held-out prediction against the textbook regression band, the
+compute-optimal split against a numeric minimisation, the given counts and block loss of
+utils.scaling, and the evaluation cross-checked against lm-evaluation-harness.
 
 The student functions are taken from the solution notebook's answer cells (the same code the
 nbgrader round trip grades), so these tests check the reference solution itself."""
@@ -87,6 +89,101 @@ def test_irreducible_fit_recovers_known_constants(solution, E, alpha, n_c):
     assert abs(fit["alpha"] - alpha) < 4 * fit["alpha_err"] + 1e-3
     assert abs(fit["E"] - E) < 4 * fit["E_err"] + 1e-3
     assert fit["alpha_err"] > 0 and fit["E_err"] > 0
+
+
+def test_predict_held_out_band_is_the_regression_confidence_band(solution):
+    """The band of predict_held_out is the OLS confidence band of the line in log-log space,
+    exp(y0 -+ z sqrt([1, x0] Cov [1, x0]^T)), Cov from np.polyfit; the prediction is the fit on the
+    n_fit smallest models whatever the input order."""
+    rng = np.random.default_rng(3)
+    N = np.geomspace(1e6, 1e10, 7)
+    L = 1.8 + (1e8 / N) ** 0.3 * np.exp(rng.normal(0, 0.01, N.size))
+    shuffled = rng.permutation(N.size)
+    pred = solution["predict_held_out"](N[shuffled], L[shuffled], 5, z=1.5)
+    (slope, intercept), cov = np.polyfit(np.log(N[:5]), np.log(L[:5]), 1, cov=True)
+    x0 = np.log(N[5:])
+    y0 = intercept + slope * x0
+    sd = np.sqrt(cov[1, 1] + 2 * x0 * cov[0, 1] + x0 ** 2 * cov[0, 0])
+    np.testing.assert_allclose(pred["N"], N[5:])
+    np.testing.assert_allclose(pred["L_pred"], np.exp(y0), rtol=1e-9)
+    np.testing.assert_allclose(pred["L_low"], np.exp(y0 - 1.5 * sd), rtol=1e-9)
+    np.testing.assert_allclose(pred["L_high"], np.exp(y0 + 1.5 * sd), rtol=1e-9)
+    assert (pred["L_pred"] < L[5:]).all(), "a pure law fitted on the small models undershoots a curved one"
+    for n_fit in (2, 7):
+        with pytest.raises(ValueError):
+            solution["predict_held_out"](N, L, n_fit)
+
+
+@pytest.mark.parametrize("params", ["HOFFMANN", "BESIROGLU"])
+def test_compute_optimal_matches_numeric_minimisation(solution, params):
+    from scipy.optimize import minimize_scalar
+
+    from utils import scaling
+
+    fit = getattr(scaling, params)
+    budgets = np.array([1e18, 1e21, 5.76e23, 1e25])
+    N_opt, D_opt = solution["compute_optimal"](fit, budgets)
+    for C, n, d in zip(budgets, N_opt, D_opt):
+        res = minimize_scalar(lambda u: scaling.chinchilla_loss(fit, np.exp(u), C / (6 * np.exp(u))),
+                              bounds=(5, 40), method="bounded", options={"xatol": 1e-10})
+        assert n == pytest.approx(np.exp(res.x), rel=1e-5)
+        assert 6 * n * d == pytest.approx(C, rel=1e-12)
+    n, d = solution["compute_optimal"](fit, 5.76e23)
+    assert isinstance(n, float) and isinstance(d, float)
+    if params == "BESIROGLU":  # the refit's rule of thumb: about 20 tokens per parameter at Chinchilla's budget
+        assert 15 < d / n < 30
+    with pytest.raises(ValueError):
+        solution["compute_optimal"](fit, 0.0)
+
+
+def test_known_parameter_counts_match_published_and_manifest():
+    from utils.scaling import known_parameter_counts, pythia_config
+
+    counts = known_parameter_counts([f"EleutherAI/pythia-{size}" for size in PUBLISHED_NON_EMBEDDING])
+    for size, count in PUBLISHED_NON_EMBEDDING.items():
+        total, non_embedding = counts[f"EleutherAI/pythia-{size}"]
+        rows = {"6.9b": 50432, "12b": 50688}.get(size, 50304)
+        assert (total, non_embedding) == (count + 2 * rows * pythia_config(size).hidden_size, count)
+    manifest = {"models": [{"name": "mini-pythia-1m", "total_params": 1000, "non_embedding_params": 10}]}
+    assert known_parameter_counts(["mini-pythia-1m"], manifest) == {"mini-pythia-1m": (1000, 10)}
+
+
+def test_block_loss_scores_disjoint_blocks_on_their_own():
+    """block_loss = Hugging Face's own loss (labels = inputs) over the disjoint blocks of the stream
+    [eot] doc1 [eot] doc2 ..., whatever the batch size; words and bytes of the original texts."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from utils.lm import load_tokenizer
+    from utils.scaling import block_loss
+
+    torch.manual_seed(0)
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=50304, hidden_size=16, num_hidden_layers=1,
+                                             num_attention_heads=2, intermediate_size=64,
+                                             max_position_embeddings=12)).eval()
+    tokenizer = load_tokenizer()
+    docs = ["To be, or not to be, that is the question:", "Whether 'tis nobler in the mind to suffer", "Speak."]
+    stream = []
+    for d in docs:
+        stream += [tokenizer.eos_token_id] + tokenizer(d, add_special_tokens=False)["input_ids"]
+    nats, n = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(stream), 12):
+            block = torch.tensor([stream[i:i + 12]])
+            if block.shape[1] > 1:
+                nats += model(block, labels=block).loss.item() * (block.shape[1] - 1)
+                n += block.shape[1] - 1
+    originals = [d + " extra" for d in docs]
+    for batch_size in (1, 2, 8):
+        got = block_loss(model, tokenizer, docs, original_documents=originals, batch_size=batch_size)
+        assert got["tokens"] == n and got["loglikelihood"] == pytest.approx(-nats, rel=1e-5)
+        assert got["words"] == sum(len(re.split(r"\s+", t)) for t in originals)
+        assert got["bytes"] == sum(len(t.encode("utf-8")) for t in originals)
+        assert got["nll_per_token"] == pytest.approx(nats / n, rel=1e-5)
+        text_nats = nats / n * (len(stream) - len(docs))  # the mean loss charged to every token of the text
+        assert got["bits_per_byte"] == pytest.approx(text_nats / (got["bytes"] * math.log(2)), rel=1e-5)
+        assert got["word_perplexity"] == pytest.approx(math.exp(text_nats / got["words"]), rel=1e-5)
+    with pytest.raises(ValueError):
+        block_loss(model, tokenizer, [""])
 
 
 def test_chinchilla_fit_recovers_hoffmann_constants():
@@ -327,6 +424,57 @@ def test_chinchilla_cell_fits_or_skips_with_a_note(solution, tmp_path, monkeypat
     else:
         assert ns["chinchilla"] is None and not shown
         assert "Chinchilla fit skipped" in out and f"at least {scaling.CHINCHILLA_MIN_POINTS}" in out
+
+
+def _code_cell(marker: str) -> str:
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    (source,) = ["".join(c["source"]) for c in cells if c["cell_type"] == "code" and marker in "".join(c["source"])]
+    return source
+
+
+@pytest.mark.parametrize("sizes", [3, 4, 7])
+def test_prediction_cell_plots_or_skips_with_a_note(solution, tmp_path, monkeypatch, capsys, sizes):
+    """The notebook's prediction cell on final-step results of 3, 4 and 7 sizes: a printed note for 3
+    (nothing to hold out), a plot and a table of the held-out models otherwise."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from utils.plotting import save_figure
+
+    monkeypatch.setenv("LAS_BUILD_DIR", str(tmp_path))
+    N = np.geomspace(1e6, 1e9, sizes)
+    L = 1.5 + (1e8 / N) ** 0.3
+    final = pd.DataFrame({"model": [f"m{i}" for i in range(sizes)], "non_embedding_params": N, "nll_per_token": L})
+    shown = []
+    ns = {**solution, "plt": plt, "np": np, "pd": pd, "save_figure": save_figure, "display": shown.append,
+          "final": final, "N": N, "L": L, "suite_label": "test suite", "preset": "smoke"}
+    exec(_code_cell("predict_held_out(N, L, n_fit)"), ns)
+    plt.close("all")
+    out = capsys.readouterr().out
+    if sizes == 3:
+        assert ns["prediction"] is None and "Prediction skipped" in out and not shown
+    else:
+        held = sizes - max(3, sizes - 2)
+        assert len(ns["prediction"]["N"]) == held and len(shown[0]) == held
+
+
+@pytest.mark.parametrize("with_fit", [False, True])
+def test_compute_optimal_cell_runs_with_and_without_this_runs_fit(solution, with_fit):
+    import pandas as pd
+
+    from utils import scaling
+
+    points = pd.DataFrame({"params": [1e6, 2e6, 4e6], "D": [1e8, 2e8, 4e8]})
+    chinchilla = dict(scaling.HOFFMANN) if with_fit else None
+    ns = {**solution, "np": np, "pd": pd, "scaling": scaling, "points": points, "chinchilla": chinchilla,
+          "suite_label": "test suite"}
+    exec(_code_cell("compute_optimal(params, budgets)"), ns)
+    rows = ns["rows"]
+    assert len(rows) == (9 if with_fit else 6)
+    assert all(r["N_opt"] > 0 and r["D_opt (tokens)"] > 0 for r in rows)
 
 
 def test_fit_chinchilla_names_its_minimum():

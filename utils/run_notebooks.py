@@ -124,8 +124,9 @@ def _with_ids(nb: dict) -> dict:
 def class_copy(nb: dict) -> dict:
     """The executed notebook as shown in class: nbgrader's solution and mark-scheme marker lines and
     hidden-test blocks removed (the code and answers stay), progress bars at their final frame,
-    every cell with an id (nbformat 4.5). Returns a new dict."""
+    every cell with an id (nbformat 4.5), the TA's rubric cells dropped. Returns a new dict."""
     nb = _with_ids(nb)
+    nb["cells"] = [c for c in nb["cells"] if "rubric" not in (c.get("metadata", {}).get("tags") or [])]
     for cell in nb["cells"]:
         src = _HIDDEN.sub("", _source(cell))
         cell["source"] = "\n".join(line for line in src.split("\n") if not _MARKER_LINE.match(line))

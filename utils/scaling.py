@@ -2,7 +2,10 @@
 WikiText detokenisation as lm-evaluation-harness does it, a CSV results cache, a checkpoint
 sweep, the Chinchilla-style parametric fit and hub-cache clean-up.
 
-The ideas (counting parameters, evaluating a loss, fitting a power law) are the students' work in
+It also gives the notebook's core two stand-ins: parameter counts looked up in a published source
+(:func:`known_parameter_counts`) and a simple held-out loss over disjoint blocks (:func:`block_loss`).
+The ideas (fitting and extrapolating a power law, splitting a compute budget; in the extensions,
+counting parameters and evaluating the loss the lm-evaluation-harness way) are the students' work in
 solutions/ex01/taskB_pythia_scaling.ipynb; this module only carries what surrounds them.
 """
 
@@ -72,6 +75,28 @@ def published_non_embedding_params(name: str) -> int:
     return int(table["models"][f"pythia-{pythia_size(name)}"]["non_embedding_params"])
 
 
+def known_parameter_counts(models: Iterable[str], manifest: dict | None = None) -> dict[str, tuple[int, int]]:
+    """``{name: (total, non_embedding)}`` looked up, not counted (no model is built).
+
+    ``EleutherAI/pythia-<size>`` names: the Pythia paper's non-embedding count (Kaplan's N, as in
+    data/pythia_configs.json and ../shared/REFERENCE.md); the total adds Pythia's two untied
+    ``vocab_size x hidden_size`` matrices (embedding and unembedding). Miniature-suite names: the
+    ``total_params`` and ``non_embedding_params`` that the suite's ``manifest`` recorded at training.
+    """
+    recorded = {m["name"]: (int(m["total_params"]), int(m["non_embedding_params"]))
+                for m in (manifest or {}).get("models", [])}
+    table = json.loads(_CONFIG_FILE.read_text(encoding="utf-8"))["models"]
+    counts = {}
+    for name in models:
+        if name in recorded:
+            counts[name] = recorded[name]
+            continue
+        arch = table[f"pythia-{pythia_size(name)}"]
+        core = int(arch["non_embedding_params"])
+        counts[name] = (core + 2 * arch["vocab_size"] * arch["hidden_size"], core)
+    return counts
+
+
 def context_length(config) -> int:
     """The context length lm-evaluation-harness uses for a model config (its first of
     ``n_positions``, ``max_position_embeddings``, ``n_ctx``; 2048 if none)."""
@@ -101,6 +126,64 @@ def wikitext_detokenize(page: str) -> str:
     s = s.replace(" \n", "\n").replace("\n ", "\n")
     s = s.replace(" N ", " 1 ").replace(" 's", "'s")
     return s
+
+
+def block_loss(model, tokenizer, documents, *, original_documents=None, max_length: int | None = None,
+               batch_size: int = 8, progress: bool = False) -> dict:
+    """Held-out loss the simple way (not lm-evaluation-harness's rolling windows).
+
+    All documents are joined into one token stream, each preceded by the end-of-text token, and the
+    stream is cut into disjoint blocks of ``max_length`` tokens (default: the model's context). Every
+    block is scored on its own: its tokens 2..k are predicted from the ones before them inside the
+    block, so the first token of each block is context only and a block never sees the previous one.
+
+    ``documents`` (a string or a list of strings) are scored; words and UTF-8 bytes are counted on
+    ``original_documents`` (default: the documents). Returns a dict of Python numbers with the keys
+    of the results cache: ``loglikelihood`` (nats, summed over the predicted tokens), ``tokens``
+    (how many were predicted), ``words``, ``bytes``, ``nll_per_token`` (their mean), and
+    ``bits_per_byte`` and ``word_perplexity`` with that mean loss charged to every token of the text
+    (the tokens that open a block are not predicted, so their loss is estimated by the mean).
+    """
+    import torch
+    import torch.nn.functional as F
+    from tqdm.auto import tqdm
+
+    texts = [documents] if isinstance(documents, str) else list(documents)
+    counted = texts if original_documents is None else (
+        [original_documents] if isinstance(original_documents, str) else list(original_documents))
+    stream: list[int] = []
+    for text in texts:
+        stream.append(tokenizer.eos_token_id)
+        stream.extend(tokenizer(text, add_special_tokens=False)["input_ids"])
+    text_tokens = len(stream) - len(texts)
+    width = int(max_length or context_length(model.config))
+    blocks = [stream[i:i + width] for i in range(0, len(stream), width)]
+    blocks = [b for b in blocks if len(b) >= 2]
+    if not blocks:
+        raise ValueError("the documents give no token to predict")
+    device = next(model.parameters()).device
+    unembed = model.get_output_embeddings()
+    nats, predicted = 0.0, 0
+    model.eval()
+    with torch.inference_mode():
+        batches = [blocks[i:i + batch_size] for i in range(0, len(blocks), batch_size)]
+        for group in tqdm(batches, desc="blocks", disable=not progress, leave=False):
+            same_length = [b for b in group if len(b) == len(group[0])]
+            for part in (same_length, [b for b in group if len(b) != len(group[0])]):
+                if not part:
+                    continue
+                ids = torch.tensor(part, device=device)
+                states = model.base_model(input_ids=ids).last_hidden_state
+                for row in range(ids.shape[0]):  # one [k - 1, vocabulary] logit matrix at a time
+                    logits = unembed(states[row, :-1]).float()  # on the head's device (device_map="auto")
+                    nats += F.cross_entropy(logits, ids[row, 1:].to(logits.device), reduction="sum").item()
+                    predicted += ids.shape[1] - 1
+    n_words = sum(len(re.split(r"\s+", t)) for t in counted)
+    n_bytes = sum(len(t.encode("utf-8")) for t in counted)
+    text_nats = nats / predicted * text_tokens
+    return {"loglikelihood": -nats, "tokens": predicted, "words": n_words, "bytes": n_bytes,
+            "nll_per_token": nats / predicted, "bits_per_byte": text_nats / (n_bytes * math.log(2)),
+            "word_perplexity": math.exp(text_nats / n_words)}
 
 
 def text_id(name: str, documents: Iterable[str]) -> str:
@@ -140,7 +223,7 @@ def _append_result(row: dict, path: Path) -> None:
 
 def evaluate_checkpoints(
     evaluate_fn: Callable,
-    count_fn: Callable,
+    count_fn: Callable | dict,
     load_fn: Callable,
     models: list[str],
     steps: Callable[[str], list[int]] | list[int],
@@ -157,8 +240,10 @@ def evaluate_checkpoints(
 ):
     """Evaluate every (model, step) on the documents, reusing cached rows.
 
-    ``evaluate_fn(model, tokenizer, documents, original_documents=..., **evaluate_kwargs)`` and
-    ``count_fn(model) -> (total, non_embedding)`` are the notebook's functions;
+    ``evaluate_fn(model, tokenizer, documents, original_documents=..., **evaluate_kwargs)`` scores
+    a checkpoint (:func:`block_loss`, or the notebook's ``evaluate_loss``); ``count_fn`` gives
+    ``(total, non_embedding)``: a dict by model name (:func:`known_parameter_counts`) or a function
+    of the model (the notebook's ``count_parameters``);
     ``load_fn(name, step) -> (model, tokenizer)`` loads a checkpoint; ``steps`` is a list or a
     function of the model name; ``after_each(name, step)`` runs after a fresh evaluation (e.g.
     to delete the downloaded checkpoint). ``cache=None`` disables caching.
@@ -204,7 +289,7 @@ def evaluate_checkpoints(
             model, tokenizer = load_fn(name, step)
         finally:
             hf_logging.enable_progress_bar()
-        total, non_embedding = count_fn(model)
+        total, non_embedding = count_fn[name] if isinstance(count_fn, dict) else count_fn(model)
         start = time.perf_counter()
         result = evaluate_fn(model, tokenizer, documents, original_documents=original_documents,
                              progress=False, **evaluate_kwargs)

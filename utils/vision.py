@@ -1,8 +1,10 @@
 """Plumbing for Task A (SimCLR on CIFAR-10): encoders, feature extraction, the training loop with
 checkpoint/resume, alignment/uniformity, t-SNE, the results file and the task's plots.
 
-Students implement the ideas in the notebook (augmentation, NT-Xent, projection head, one
-training step, linear probe, kNN); everything here only moves tensors around them. (The
+Students implement the ideas in the notebook (NT-Xent, projection head, one training step, linear
+probe, kNN; the fast batched augmentation in the extension); everything here only moves tensors
+around them. The core's augmentation is given here: :func:`simclr_augment`, torchvision applied
+image by image (simple and slow; the notebook's extension makes it fast). (The
 supervised baseline's training step is given in the notebook itself, after the students' own
 ``simclr_train_step``.)
 
@@ -123,6 +125,83 @@ def to_float_images(images: torch.Tensor) -> torch.Tensor:
     if images.dtype == torch.uint8:
         return images.float().div_(255)
     return images.float()
+
+
+# ------------------------------------------------------------------------- the given augmentation
+SIMCLR_JITTER = (0.4, 0.4, 0.4, 0.1)  # brightness, contrast, saturation, hue (dkobak/simclr-cifar10)
+
+
+def simclr_pipeline(size: int = 32, *, crop: bool = True, colour: bool = True, scale=(0.2, 1.0)):
+    """torchvision.transforms.v2 pipeline for ONE image ``float [3, H, W] -> float [3, size, size]``.
+
+    ``crop``: random resized crop (area fraction in ``scale``) + horizontal flip with p = 0.5; without
+    it the whole image is resized to ``size`` (a no-op when the side already is ``size``).
+    ``colour``: colour jitter :data:`SIMCLR_JITTER` with p = 0.8, then grayscale with p = 0.2.
+    """
+    from torchvision.transforms import v2
+
+    steps = []
+    if crop:
+        steps.append(v2.RandomResizedCrop(size, scale=scale, antialias=True))
+        steps.append(v2.RandomHorizontalFlip(p=0.5))
+    else:
+        steps.append(v2.Resize([size, size], antialias=True))
+    if colour:
+        steps.append(v2.RandomApply([v2.ColorJitter(*SIMCLR_JITTER)], p=0.8))
+        steps.append(v2.RandomGrayscale(p=0.2))
+    return v2.Compose(steps)
+
+
+def kornia_pipeline(size: int = 32, *, crop: bool = True, colour: bool = True, scale=(0.2, 1.0)):
+    """The same augmentation as :func:`simclr_pipeline`, batched with kornia: ``float [N, 3, H, W] ->
+    float [N, 3, size, size]`` with every image's own random draws, on the images' device. ``None``
+    when kornia is not installed (it is in requirements.txt)."""
+    try:
+        import kornia.augmentation as K
+    except ImportError:
+        return None
+    steps = []
+    if crop:
+        steps += [K.RandomResizedCrop((size, size), scale=scale), K.RandomHorizontalFlip(p=0.5)]
+    else:
+        steps.append(K.Resize((size, size), antialias=True))
+    if colour:
+        steps += [K.ColorJitter(*SIMCLR_JITTER, p=0.8), K.RandomGrayscale(p=0.2)]
+    return nn.Sequential(*steps)
+
+
+def simclr_augment(images: torch.Tensor, generator: torch.Generator | None = None, *, size: int = 32,
+                   crop: bool = True, colour: bool = True, scale=(0.2, 1.0)) -> torch.Tensor:
+    """One SimCLR view of every image (given code).
+
+    ``images``: ``uint8`` or ``float [N, 3, H, W]`` on any device -> ``float32 [N, 3, size, size]`` in
+    [0, 1] on the same device. Every image gets its own crop, flip and colours (a v2 transform called
+    on a whole batch would draw one set for all). On the CPU each image goes through
+    :func:`simclr_pipeline` on its own, a few thousand views per second per core; on a GPU the whole
+    batch goes through :func:`kornia_pipeline` at once (per-image work would leave the GPU waiting on
+    the CPU). The random numbers come from one seed drawn from ``generator`` (torch's global generator
+    when None): the same generator state on the same device gives the same views.
+    """
+    if images.dim() != 4 or images.shape[1] != 3:
+        raise ValueError(f"images must be [N, 3, H, W], got {tuple(images.shape)}")
+    source = generator.device if generator is not None else "cpu"
+    seed = int(torch.randint(0, 2 ** 62, (), generator=generator, device=source))
+    batched = kornia_pipeline(size, crop=crop, colour=colour, scale=scale) if images.is_cuda else None
+    if batched is not None:
+        with torch.random.fork_rng(devices=[images.device]):   # kornia draws from the global generators
+            torch.manual_seed(seed)
+            return batched(to_float_images(images)).float().clamp_(0, 1)
+    pipeline = simclr_pipeline(size, crop=crop, colour=colour, scale=scale)
+    on_cpu = to_float_images(images.detach().cpu())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one 32x32 image is too small to share: extra threads only wait (5x slower on 2 busy cores)
+    try:
+        with torch.random.fork_rng(devices=[]):  # torchvision draws from the global generator
+            torch.manual_seed(seed)
+            views = [pipeline(picture) for picture in on_cpu.unbind(0)]
+    finally:
+        torch.set_num_threads(threads)
+    return torch.stack(views).clamp_(0, 1).to(images.device, non_blocking=True)
 
 
 # --------------------------------------------------------------------------- feature extraction

@@ -158,6 +158,20 @@ def _estimate_pair(out, where: str) -> tuple[float, float]:
 LOGP = same(rtol=1e-8, atol=1e-8)
 GRAD = same(rtol=1e-6, atol=1e-8)
 
+#: The erratum of (a): the talk's snippet Normal(torch.zeros(D), S).log_prob(x), said back to the student.
+NORMAL_SLIP = ("this looks like the talk's snippet (the erratum in (a)): torch.distributions.Normal is a ONE-dimensional "
+               "normal applied elementwise, so Normal(mu, S) reads every entry of the covariance S as the standard "
+               "deviation of its own scalar normal (and rejects negative entries). p(x) is ONE multivariate normal: "
+               "MultivariateNormal(mu, covariance_matrix=S), or the Cholesky formula of the text.")
+
+
+def _normal_slip(out) -> bool:
+    """Whether ``out`` is what the talk's snippet gives: an error naming the parameters of a 1-D ``Normal``
+    (its scale S has negative entries), or a square D x D array of elementwise log-densities."""
+    if isinstance(out, Raised):
+        return "distribution Normal(" in out.message
+    return isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[0] == out.shape[1]
+
 
 def check_log_marginal(got, ref) -> None:
     """log p(x) for x (N, D); recognises the product of independent per-coordinate normals."""
@@ -166,6 +180,8 @@ def check_log_marginal(got, ref) -> None:
     for i, (g, r) in enumerate(zip(got, ref)):
         where = f"call {i + 1} (x of shape {tuple(r['x'].shape)})"
         out = g.get("out") if isinstance(g, dict) else g
+        if _normal_slip(out):
+            raise AssertionError(f"{where}: it {_describe(out)}; {NORMAL_SLIP}")
         try:
             LOGP(out, r["out"], where)
         except AssertionError:
@@ -180,6 +196,14 @@ def check_log_marginal(got, ref) -> None:
                         "W W^T puts between coordinates. p(x) is ONE multivariate normal N(mu, W W^T + sigma2 I)."
                     ) from None
             raise
+
+
+def check_single_log_marginal(got, ref) -> None:
+    """log p(x) of single points x (D,): 0-d tensors; says the erratum back to the talk's snippet."""
+    for i, out in enumerate(got if isinstance(got, list) else []):
+        if _normal_slip(out):
+            raise AssertionError(f"call {i + 1}: it {_describe(out)}; {NORMAL_SLIP}")
+    LOGP(got, ref)
 
 
 def check_conditional(got, ref) -> None:
@@ -320,7 +344,7 @@ CASES = [
     Case("test_ppca_log_marginal", "lm_batch",
          "log p(x) = log N(x; mu, W W^T + sigma2 I), one multivariate normal, for x (N, D) -> (N,) float64",
          check_log_marginal, weight=2),
-    Case("test_ppca_log_marginal", "lm_single", "a single x (D,) gives a 0-d tensor", LOGP),
+    Case("test_ppca_log_marginal", "lm_single", "a single x (D,) gives a 0-d tensor", check_single_log_marginal),
     Case("test_ppca_log_marginal", "lm_gradient", "gradients reach W, mu and sigma2 (everything in torch)", GRAD),
     Case("test_ppca_log_marginal", "lm_rejects_shapes", "a ValueError when W, mu and x disagree in shape",
          raises("ValueError")),

@@ -27,19 +27,21 @@ from grader.judge import Case
 from ._common import _describe, raises, same
 
 _SOLUTION = Path(__file__).resolve().parents[2] / "solutions" / "ex01" / "taskA_simclr.ipynb"
-_FUNCTION_CELLS = ("random_resized_crop_flip", "colour_distort", "augment_batch", "nt_xent_loss",
+_FUNCTION_CELLS = ("random_resized_crop_flip", "colour_distort", "augment_batch", "nt_xent_loss_loop", "nt_xent_loss",
                    "projection_head", "simclr_train_step", "linear_probe_accuracy", "knn_accuracy")
 
 
 def solution_namespace(notebook: Path = _SOLUTION) -> dict:
     """Execute the notebook's function-defining cells (not the training) and return their namespace:
-    ``augment_batch``, ``nt_xent_loss``, ``ProjectionHead``, ``simclr_train_step``, ... ."""
+    ``simclr_augment`` (given, utils/vision.py), ``augment_batch`` (the extension's batched version),
+    ``nt_xent_loss_loop``, ``nt_xent_loss``, ``ProjectionHead``, ``simclr_train_step``, ... ."""
     import torch.nn.functional as F
 
     from utils import vision
 
     cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
-    ns = {"math": math, "torch": torch, "nn": nn, "F": F, "vision": vision, "np": np}
+    ns = {"math": math, "torch": torch, "nn": nn, "F": F, "vision": vision, "np": np,
+          "simclr_augment": vision.simclr_augment}
     found = set()
     for cell in cells:
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
@@ -332,10 +334,10 @@ def check_step_detached(got, ref) -> None:
 
 def check_step_default_augment(got, ref) -> None:
     if not isinstance(got, dict) or got.get("augment_calls") != 2:
-        raise AssertionError("with augment=None the step must call augment_batch (twice, once per view)")
+        raise AssertionError("with augment=None the step must call the given simclr_augment (twice, once per view)")
     loss = _loss_tensor(got.get("loss"), "the returned loss")
     if abs(float(loss) - float(ref["loss"])) > 1e-4 + 1e-4 * abs(float(ref["loss"])):
-        raise AssertionError("with augment=None the loss is not that of two augment_batch views")
+        raise AssertionError("with augment=None the loss is not that of two simclr_augment views")
     same(rtol=1e-4, atol=1e-5)(got.get("params"), ref["params"], "parameters after the step")
 
 
@@ -402,7 +404,7 @@ def check_knn_values(got, ref) -> None:
 
 # =============================================================================== the cases
 CASES = [
-    # random_resized_crop_flip: 4 points
+    # random_resized_crop_flip (extension): 4 points
     Case("test_random_resized_crop_flip", "crop_shapes", "float [N, 3, size, size] for square and non-square images",
          check_crop_shapes),
     Case("test_random_resized_crop_flip", "crop_identity_and_mirror",
@@ -422,7 +424,7 @@ CASES = [
          _reproducible),
     Case("test_random_resized_crop_flip", "crop_rejects",
          "a ValueError for anything but a floating-point [N, 3, H, W] tensor", raises("ValueError")),
-    # colour_distort: 4 points
+    # colour_distort (extension): 4 points
     Case("test_colour_distort", "colour_dtype_and_range", "float [N, 3, H, W] in [0, 1], same dtype",
          check_colour_dtype_and_range),
     Case("test_colour_distort", "colour_identity", "no jitter and no grayscale (or zero strengths): the images",
@@ -444,13 +446,21 @@ CASES = [
     Case("test_colour_distort", "colour_independent", "independent factors for every image",
          check_independent("colour_distort")),
     Case("test_colour_distort", "colour_generator", "all random numbers drawn with `generator`", _reproducible),
-    # augment_batch (given, built on the two functions above): 2 points
+    # augment_batch (extension; given, built on the two functions above): 2 points
     Case("test_augment_batch", "augment_uint8", "uint8 images give float32 [N, 3, size, size] views in [0, 1]",
          check_augment_uint8),
     Case("test_augment_batch", "augment_independent", "every copy of an image gets its own view",
          check_independent("augment_batch")),
     Case("test_augment_batch", "augment_all_off", "every augmentation off: the images scaled to [0, 1]",
          same(rtol=0, atol=1e-5)),
+    # nt_xent_loss_loop: 2 points
+    Case("test_nt_xent_loss_loop", "nt_xent_loop_float64",
+         "mean over the 2N anchors of l_i, every k != i in the denominator (float64 in, float64 0-dim out)",
+         same(rtol=1e-7, atol=1e-8), weight=2),
+    Case("test_nt_xent_loss_loop", "nt_xent_loop_float32", "the input's dtype kept (float32)",
+         same(rtol=2e-4, atol=1e-4)),
+    Case("test_nt_xent_loss_loop", "nt_xent_loop_gradient", "torch operations: differentiable",
+         same(rtol=1e-6, atol=1e-9)),
     # nt_xent_loss: 4 points
     Case("test_nt_xent_loss", "nt_xent_float64", "mean NT-Xent over the 2N views (float64 in, float64 0-dim out)",
          same(rtol=1e-7, atol=1e-8), weight=2),
@@ -477,7 +487,7 @@ CASES = [
          check_step_batchnorm),
     Case("test_simclr_train_step", "train_step_returns_detached", "returns the loss detached, a 0-dim float32 tensor",
          check_step_detached),
-    Case("test_simclr_train_step", "train_step_default_augment", "augment=None uses augment_batch",
+    Case("test_simclr_train_step", "train_step_default_augment", "augment=None uses the given simclr_augment",
          check_step_default_augment),
     Case("test_simclr_train_step", "train_step_bf16", "with autocast_dtype=bfloat16: trains, float32 loss",
          check_step_bf16),

@@ -249,3 +249,129 @@ CASES = [
          "a ValueError for mismatched lengths, non-positive values, or fewer than 3 (4 with irreducible) points",
          raises("ValueError")),
 ]
+
+
+# ------------------------------------------------------------------------------ predict_held_out
+_PRED_KEYS = ("N", "L_pred", "L_low", "L_high")
+
+
+def _float_arrays(got, ref) -> dict:
+    _result_dict(got, _PRED_KEYS)
+    out = {}
+    for k in _PRED_KEYS:
+        g = got[k]
+        if not isinstance(g, np.ndarray) or g.dtype.kind != "f":
+            raise AssertionError(f"{k}: expected a float NumPy array, but it {_describe(g)}")
+        if g.shape != ref[k].shape:
+            raise AssertionError(f"{k}: shape {g.shape}, expected {ref[k].shape} (one value per held-out model)")
+        if not np.all(np.isfinite(g)):
+            raise AssertionError(f"{k}: values that are not finite")
+        out[k] = g.astype(np.float64)
+    return out
+
+
+def _all_close(a, e, rtol: float, where: str) -> None:
+    bad = ~(np.abs(a - e) <= rtol * np.abs(e))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise AssertionError(f"{where}: {int(bad.sum())} of {bad.size} values are off (value {i + 1} by "
+                             f"{abs(a[i] - e[i]) / abs(e[i]):.2g}, relative; tolerance {rtol:g})")
+
+
+def _prediction_part(got: dict, ref: dict) -> None:
+    _all_close(got["N"], ref["N"], 1e-12, "N (the held-out sizes, in increasing order)")
+    _all_close(got["L_pred"], ref["L_pred"], 1e-5, "L_pred (the pure power law fitted on the n_fit smallest)")
+
+
+def _band_part(got: dict, ref: dict) -> None:
+    for key, sign in (("L_high", 1.0), ("L_low", -1.0)):
+        width, expected = sign * np.log(got[key] / got["L_pred"]), sign * np.log(ref[key] / ref["L_pred"])
+        _all_close(width, expected, 1e-4, f"the band's half-width ln({key} / L_pred)")
+
+
+def prediction(got, ref) -> None:
+    """The held-out sizes in increasing N and the prediction of the fit on the smallest models."""
+    _prediction_part(_float_arrays(got, ref), ref)
+
+
+def band(got, ref) -> None:
+    """The band L_pred exp(-+ z s) with s = alpha_err sqrt(mean((x - x_bar)^2) + (x0 - x_bar)^2)."""
+    got = _float_arrays(got, ref)
+    _prediction_part(got, ref)
+    _band_part(got, ref)
+
+
+# ------------------------------------------------------------------------------ compute_optimal
+def _numeric_optimum(params: dict, C: float) -> float:
+    """argmin over N of L(N, C / (6 N)), found numerically (Brent on ln N): the closed form's check."""
+    from scipy.optimize import minimize_scalar
+
+    A, B, a, b = params["A"], params["B"], params["alpha"], params["beta"]
+    half = math.log(C / 6)
+
+    def excess(u):  # L - E at N = e^u, D = C / (6 N), scaled so that its minimum is of order 1
+        return (A * math.exp(-a * u) + B * math.exp(-b * (half - u))) / (A * math.exp(-a * half / 2))
+
+    res = minimize_scalar(excess, bounds=(-20.0, half + 20.0), method="bounded", options={"xatol": 1e-10})
+    return math.exp(res.x)
+
+
+def _split(n, d, params: dict, C: float, ref_n: float, where: str) -> None:
+    n, d = _real(n, f"{where}: N_opt"), _real(d, f"{where}: D_opt")
+    if not (n > 0 and d > 0):
+        raise AssertionError(f"{where}: N_opt and D_opt must be positive, got {n:.3g} and {d:.3g}")
+    _close(6 * n * d, C, 1e-9, f"{where}: 6 N_opt D_opt (must be the budget)")
+    _close(n, _numeric_optimum(params, C), 1e-4, f"{where}: N_opt against a numeric minimisation of L")
+    _close(n, ref_n, 1e-6, f"{where}: N_opt")
+
+
+def optimal_floats(got, ref) -> None:
+    """(N_opt, D_opt) as floats for a number: 6 N D = C, N_opt the numeric minimiser of L(N, C / 6N)."""
+    _the_raise(got)
+    if not isinstance(got, dict) or "answers" not in got:
+        raise AssertionError(f"the probe got no answers: it {_describe(got)}")
+    for i, (answer, C, (ref_n, _, _)) in enumerate(zip(got["answers"], ref["C"], ref["answers"])):
+        where = f"call {i + 1}"
+        n, d, are_floats = answer
+        _the_raise(n, where)
+        if are_floats is not True:
+            raise AssertionError(f"{where}: return two floats for a number, but it {_describe(n)}")
+        _split(n, d, ref["params"], C, ref_n, where)
+
+
+def optimal_arrays(got, ref) -> None:
+    """(N_opt, D_opt) as float64 arrays for an array of budgets, each the optimum of its budget."""
+    _the_raise(got)
+    answer = got.get("answer") if isinstance(got, dict) else got
+    _the_raise(answer)
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        raise AssertionError(f"return a pair (N_opt, D_opt), but it {_describe(answer)}")
+    C, (ref_n, _) = ref["C"], ref["answer"]
+    for name, arr in zip(("N_opt", "D_opt"), answer):
+        if not isinstance(arr, np.ndarray) or arr.dtype != np.float64 or arr.shape != C.shape:
+            raise AssertionError(f"{name}: expected a float64 array of shape {C.shape}, but it {_describe(arr)}"
+                                 + (f" of dtype {arr.dtype}, shape {arr.shape}" if isinstance(arr, np.ndarray) else ""))
+    for i in range(C.size):
+        _split(answer[0][i], answer[1][i], ref["params"], float(C[i]), float(ref_n[i]), f"budget {i + 1}")
+
+
+CASES += [
+    # predict_held_out: 3 points
+    Case("test_predict_held_out", "predict_values",
+         "the held-out sizes in increasing N, predicted by the pure power law fitted (with fit_power_law) on the "
+         "n_fit smallest models; float NumPy arrays", prediction, weight=2),
+    Case("test_predict_held_out", "predict_band",
+         "the band L_pred exp(-+ z s), s = alpha_err sqrt(mean((x - x_bar)^2) + (x0 - x_bar)^2) over the fitted "
+         "ln N", band, weight=2),
+    Case("test_predict_held_out", "predict_z", "lists as input and another z", band),
+    Case("test_predict_held_out", "predict_rejects_bad_split",
+         "a ValueError when n_fit < 3 or nothing is held out", raises("ValueError")),
+    # compute_optimal: 2 points
+    Case("test_compute_optimal", "optimal_scalar",
+         "(N_opt, D_opt) as two floats for a number: 6 N_opt D_opt = C and N_opt minimises L(N, C / (6 N)) "
+         "(checked against a numeric minimisation)", optimal_floats, weight=2),
+    Case("test_compute_optimal", "optimal_array",
+         "two float64 arrays for an array of budgets, each split optimal", optimal_arrays, weight=2),
+    Case("test_compute_optimal", "optimal_rejects_bad_budget", "a ValueError for a budget that is not positive",
+         raises("ValueError")),
+]

@@ -42,6 +42,8 @@ MUTANTS = [
     Mutant(cell="ppca_log_marginal", name="elementwise Normal: diagonal covariance, correlations ignored",
            find=_LM_S,
            replace="S = torch.diag(torch.diagonal(W @ W.T) + sigma2)\n    L = torch.linalg.cholesky(S)"),
+    Mutant(cell="ppca_log_marginal", name="the talk's snippet: a 1-D Normal with the covariance as its scale",
+           find=_LM_RET, replace="return torch.distributions.Normal(mu, S).log_prob(x).sum(-1)"),
     Mutant(cell="ppca_log_marginal", name="log det S = sum log diag L (missing factor 2)",
            find=_LM_LOGDET, replace="log_det = torch.log(torch.diagonal(L)).sum()"),
     Mutant(cell="ppca_log_marginal", name="normalising constant log 2 pi once instead of D times",

@@ -27,6 +27,12 @@ _CD_TO_GRAY = "to_gray = torch.tensor([[0.299, 0.587, 0.114]], device=dev, dtype
 _CD_OFFSET = "offset = (1 - c) * b * mean_gray * torch.ones(n, 3, 1, device=dev, dtype=torch.float64)"
 _CD_RET = "return out.clamp_(0, 1).view_as(images)"
 
+# nt_xent_loss_loop
+_NL_SIMS = "sims = F.cosine_similarity(z[i].unsqueeze(0), z, dim=1) / temperature   # [2N]: s_ik / tau"
+_NL_OTHERS = "others = torch.cat([sims[:i], sims[i + 1:]])                              # every k != i"
+_NL_TOTAL = "total = total + torch.logsumexp(others, dim=0) - sims[(i + n) % (2 * n)]"
+_NL_RET = "return total / (2 * n)"
+
 # nt_xent_loss
 _NT_MASK = 'logits = logits.masked_fill(self_mask, float("-inf"))'
 _NT_PARTNER = "partner = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(z.device)"
@@ -115,6 +121,25 @@ MUTANTS = [
            find=_CD_OFFSET, replace="offset = (1 - c) * b * 0.5 * torch.ones(n, 3, 1, device=dev, dtype=torch.float64)"),
     Mutant(cell="colour_distort", name="no clamp to [0, 1]",
            find=_CD_RET, replace="return out.view_as(images)"),
+    # ------------------------------------------------------------------ nt_xent_loss_loop
+    Mutant(cell="nt_xent_loss_loop", name="self-similarity kept in the denominator",
+           find=_NL_OTHERS, replace="others = sims"),
+    Mutant(cell="nt_xent_loss_loop", name="positive left out of the denominator (negatives only)",
+           find=_NL_OTHERS, replace="others = torch.cat([sims[k:k + 1] for k in range(2 * n) if k not in (i, (i + n) % (2 * n))])"),
+    Mutant(cell="nt_xent_loss_loop", name="partner at i + 1 instead of i + N",
+           find=_NL_TOTAL, replace="total = total + torch.logsumexp(others, dim=0) - sims[(i + 1) % (2 * n)]"),
+    Mutant(cell="nt_xent_loss_loop", name="dot product instead of cosine similarity",
+           find=_NL_SIMS, replace="sims = (z @ z[i]) / temperature"),
+    Mutant(cell="nt_xent_loss_loop", name="no temperature",
+           find=_NL_SIMS, replace="sims = F.cosine_similarity(z[i].unsqueeze(0), z, dim=1)"),
+    Mutant(cell="nt_xent_loss_loop", name="sum over 2N anchors divided by N",
+           find=_NL_RET, replace="return total / n"),
+    Mutant(cell="nt_xent_loss_loop", name="only the N anchors of z1",
+           find="for i in range(2 * n):", replace="for i in range(n):"),
+    Mutant(cell="nt_xent_loss_loop", name="the loss computed in float64 and returned as float64",
+           find=_NL_RET, replace="return (total / (2 * n)).double()"),
+    Mutant(cell="nt_xent_loss_loop", name="Python floats (no gradient)",
+           find=_NL_RET, replace="return torch.tensor(float(total / (2 * n)), dtype=z1.dtype)"),
     # ------------------------------------------------------------------ nt_xent_loss
     Mutant(cell="nt_xent_loss", name="no self-mask (a view is its own negative)",
            find=_NT_MASK, replace="logits = logits"),

@@ -52,6 +52,22 @@ _FP_FLAG = "if not irreducible:\n        return fit"
 _FP_MIN = "if N.size < (4 if irreducible else 3):"
 _FP_XY = "x, y = np.log(N), np.log(L)"
 
+# predict_held_out
+_PH_SORT = "N, L = N[order], L[order]"
+_PH_FIT = "fit = fit_power_law(N[:n_fit], L[:n_fit])"
+_PH_CHECK = "if not 3 <= n_fit < len(N):"
+_PH_S = "s = fit[\"alpha_err\"] * np.sqrt(np.mean((x - x.mean()) ** 2) + (x0 - x.mean()) ** 2)"
+_PH_PRED = "L_pred = (fit[\"N_c\"] / N[n_fit:]) ** fit[\"alpha\"]"
+_PH_RET = ('return {"N": N[n_fit:], "L_pred": L_pred, "L_low": L_pred * np.exp(-z * s), '
+           '"L_high": L_pred * np.exp(z * s)}')
+
+# compute_optimal
+_CO_G = "G = (a * params[\"A\"] / (b * params[\"B\"])) ** (1 / (a + b))"
+_CO_N = "N_opt = G * (C / 6) ** (b / (a + b))"
+_CO_D = "D_opt = C / (6 * N_opt)"
+_CO_CHECK = "if np.any(C <= 0):"
+_CO_SCALAR = "return float(N_opt), float(D_opt)"
+
 MUTANTS = [
     # ------------------------------------------------------------------ count_parameters
     Mutant(cell="count_parameters", name="N counts the embeddings (returns the total twice)",
@@ -156,4 +172,50 @@ MUTANTS = [
            find=_FP_MIN, replace="if N.size < 2:"),
     Mutant(cell="fit_power_law", name="fits log10 instead of ln (N_c off by the base)",
            find=_FP_XY, replace="x, y = np.log10(N), np.log10(L)"),
+    # ------------------------------------------------------------------ predict_held_out
+    Mutant(cell="predict_held_out", name="fits every model, the held-out ones included",
+           find=_PH_FIT, replace="fit = fit_power_law(N, L)"),
+    Mutant(cell="predict_held_out", name="fits the n_fit largest models, not the smallest",
+           find=_PH_FIT, replace="fit = fit_power_law(N[-n_fit:], L[-n_fit:])"),
+    Mutant(cell="predict_held_out", name="does not sort: fits the first n_fit models given",
+           find=_PH_SORT, replace="N, L = N, L"),
+    Mutant(cell="predict_held_out", name="band from the slope's error only (no height term)",
+           find=_PH_S, replace='s = fit["alpha_err"] * np.abs(x0 - x.mean())'),
+    Mutant(cell="predict_held_out", name="band with the sample variance (n - 1) of ln N",
+           find=_PH_S, replace='s = fit["alpha_err"] * np.sqrt(np.var(x, ddof=1) + (x0 - x.mean()) ** 2)'),
+    Mutant(cell="predict_held_out", name="band centred on the mean ln N of all models, not the fitted ones",
+           find=_PH_S,
+           replace='s = fit["alpha_err"] * np.sqrt(np.mean((x - x.mean()) ** 2) + (x0 - np.log(N).mean()) ** 2)'),
+    Mutant(cell="predict_held_out", name="band additive in L (L_pred -+ z s) instead of multiplicative",
+           find=_PH_RET, replace='return {"N": N[n_fit:], "L_pred": L_pred, "L_low": L_pred - z * s, "L_high": L_pred + z * s}'),
+    Mutant(cell="predict_held_out", name="z ignored (always 1.96)",
+           find=_PH_RET, replace='return {"N": N[n_fit:], "L_pred": L_pred, "L_low": L_pred * np.exp(-1.96 * s), '
+                                 '"L_high": L_pred * np.exp(1.96 * s)}'),
+    Mutant(cell="predict_held_out", name="band from N_c's relative error instead of alpha's",
+           find=_PH_S, replace='s = fit["N_c_err"] / fit["N_c"] * np.sqrt(np.mean((x - x.mean()) ** 2) + (x0 - x.mean()) ** 2)'),
+    Mutant(cell="predict_held_out", name="prediction without the exponent's sign (N / N_c)^alpha",
+           find=_PH_PRED, replace='L_pred = (N[n_fit:] / fit["N_c"]) ** fit["alpha"]'),
+    Mutant(cell="predict_held_out", name="accepts n_fit = len(N) (nothing held out) and n_fit = 2",
+           find=_PH_CHECK, replace="if not 2 <= n_fit <= len(N):"),
+    # ------------------------------------------------------------------ compute_optimal
+    Mutant(cell="compute_optimal", name="exponents swapped: N_opt grows as C^(alpha / (alpha + beta))",
+           find=_CO_N, replace="N_opt = G * (C / 6) ** (a / (a + b))"),
+    Mutant(cell="compute_optimal", name="forgets the 6: N_opt from C instead of C / 6",
+           find=_CO_N, replace="N_opt = G * C ** (b / (a + b))"),
+    Mutant(cell="compute_optimal", name="G without the power 1 / (alpha + beta)",
+           find=_CO_G, replace='G = a * params["A"] / (b * params["B"])'),
+    Mutant(cell="compute_optimal", name="G's ratio upside down (beta B / alpha A)",
+           find=_CO_G, replace='G = (b * params["B"] / (a * params["A"])) ** (1 / (a + b))'),
+    Mutant(cell="compute_optimal", name="G without the exponents (A / B)",
+           find=_CO_G, replace='G = (params["A"] / params["B"]) ** (1 / (a + b))'),
+    Mutant(cell="compute_optimal", name="D_opt = C / N_opt (forgets the 6)",
+           find=_CO_D, replace="D_opt = C / N_opt"),
+    Mutant(cell="compute_optimal", name="returns (D_opt, N_opt)",
+           find=_CO_SCALAR, replace="return float(D_opt), float(N_opt)"),
+    Mutant(cell="compute_optimal", name="D_opt = G (C / 6)^(alpha / (alpha + beta)) (G instead of 1 / G)",
+           find=_CO_D, replace="D_opt = G * (C / 6) ** (a / (a + b))"),
+    Mutant(cell="compute_optimal", name="one-element arrays instead of floats for a number",
+           find=_CO_SCALAR, replace="return np.atleast_1d(N_opt), np.atleast_1d(D_opt)"),
+    Mutant(cell="compute_optimal", name="no ValueError for a budget that is not positive",
+           find=_CO_CHECK, replace="if False:"),
 ]

@@ -195,7 +195,7 @@ def colour_generator(ns, gen):
             f(x, generator=torch.Generator().manual_seed(s + 1))]
 
 
-# ------------------------------------------------------------------------------ augment_batch (given)
+# ------------------------------------------------------------------------------ augment_batch (given, extension)
 @probe()
 def augment_uint8(ns, gen):
     imgs = torch.randint(0, 256, (2, 3, 32, 32), generator=gen, dtype=torch.uint8)
@@ -215,7 +215,7 @@ def augment_all_off(ns, gen):
                             gray_p=0.0)
 
 
-# ------------------------------------------------------------------------------ nt_xent_loss
+# ------------------------------------------------------------------------------ nt_xent_loss_loop, nt_xent_loss
 _NT_SHAPES = [(1, 4, 0.5), (2, 3, 0.1), (5, 16, 0.5), (17, 8, 1.0), (24, 32, 0.2), (8, 32, 0.02)]
 
 
@@ -224,6 +224,34 @@ def _pairs(gen, dtype):
         z1 = torch.randn(n, d, generator=gen, dtype=torch.float64) * 3
         z2 = z1 + torch.randn(n, d, generator=gen, dtype=torch.float64)  # positives are similar
         yield z1.to(dtype), z2.to(dtype), tau
+
+
+_LOOP_SHAPES = [(1, 4, 0.5), (2, 3, 0.1), (5, 16, 0.5), (9, 8, 1.0), (12, 32, 0.2), (6, 32, 0.02)]
+
+
+def _loop_pairs(gen, dtype):
+    for n, d, tau in _LOOP_SHAPES:
+        z1 = torch.randn(n, d, generator=gen, dtype=torch.float64) * 3
+        z2 = z1 + torch.randn(n, d, generator=gen, dtype=torch.float64)
+        yield z1.to(dtype), z2.to(dtype), tau
+
+
+@probe()
+def nt_xent_loop_float64(ns, gen):
+    return [attempt(ns.nt_xent_loss_loop, z1, z2, tau) for z1, z2, tau in _loop_pairs(gen, torch.float64)]
+
+
+@probe()
+def nt_xent_loop_float32(ns, gen):
+    return [attempt(ns.nt_xent_loss_loop, z1, z2, tau) for z1, z2, tau in _loop_pairs(gen, torch.float32)]
+
+
+@probe()
+def nt_xent_loop_gradient(ns, gen):
+    z1 = torch.randn(5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    z2 = torch.randn(5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    ns.nt_xent_loss_loop(z1, z2, 0.3).backward()
+    return [z1.grad, z2.grad]
 
 
 @probe()
@@ -347,17 +375,20 @@ def train_step_returns_detached(ns, gen):
 
 @probe()
 def train_step_default_augment(ns, gen):
-    """augment=None: the step must fall back on the notebook's augment_batch, here a scripted stand-in."""
+    """augment=None: the step must fall back on the given simclr_augment, here a scripted stand-in (in the
+    notebook's names and in utils.vision, for a student who calls vision.simclr_augment)."""
     images = torch.randint(0, 256, (8, 3, 6, 6), generator=gen, dtype=torch.uint8)
     encoder, head, opt = _tiny_models(gen)
     views = ScriptedViews([0.1 * torch.randn(images.shape, generator=gen) for _ in range(2)])
+    from utils import vision
+
     names = object.__getattribute__(ns, "_names")
-    saved = names.get("augment_batch")
-    names["augment_batch"] = views
+    saved, saved_module = names.get("simclr_augment"), vision.simclr_augment
+    names["simclr_augment"] = vision.simclr_augment = views
     try:
         loss = ns.simclr_train_step(encoder, head, opt, images, temperature=0.5, generator=_child(gen))
     finally:
-        names["augment_batch"] = saved
+        names["simclr_augment"], vision.simclr_augment = saved, saved_module
     return {"loss": loss, "params": _snapshot(encoder, head), "augment_calls": views.calls}
 
 

@@ -241,3 +241,74 @@ def fit_rejects_bad_input(ns, gen):
     return [attempt(ns.fit_power_law, N[:5], L[:4]), attempt(ns.fit_power_law, -N, L),
             attempt(ns.fit_power_law, N, -L), attempt(ns.fit_power_law, N[:2], L[:2]),
             attempt(ns.fit_power_law, N[:3], L[:3], irreducible=True)]
+
+
+# ------------------------------------------------------------------------------ predict_held_out
+def _scaling_data(gen, n: int):
+    """n sizes in a shuffled order and their losses: a power law, often with an irreducible term (the
+    curvature a pure law fitted on small models misses), times log-normal scatter."""
+    N = np.exp(math.log(10) * np.sort(_uniform(gen, 5, 6) + 4 * torch.rand(n, dtype=torch.float64,
+                                                                             generator=gen).numpy()))
+    E = _choice(gen, [0.0, _uniform(gen, 0.5, 1.5)])
+    L = E + np.exp(_uniform(gen, 0.05, 0.4) * (math.log(10) * _uniform(gen, 11, 14) - np.log(N)))
+    L = L * np.exp(_uniform(gen, 0.003, 0.03) * _normal(gen, n))
+    order = torch.randperm(n, generator=gen).numpy()
+    return N[order], L[order]
+
+
+@probe()
+def predict_values(ns, gen):
+    N, L = _scaling_data(gen, _int(gen, 6, 10))
+    return ns.predict_held_out(N, L, _int(gen, 3, len(N) - 1))
+
+
+@probe()
+def predict_band(ns, gen):
+    N, L = _scaling_data(gen, _int(gen, 5, 10))
+    return ns.predict_held_out(N, L, _int(gen, 3, len(N) - 1))
+
+
+@probe()
+def predict_z(ns, gen):
+    N, L = _scaling_data(gen, _int(gen, 5, 8))
+    return ns.predict_held_out(list(N), list(L), _int(gen, 3, len(N)), z=_uniform(gen, 0.5, 3.0))
+
+
+@probe()
+def predict_rejects_bad_split(ns, gen):
+    N, L = _scaling_data(gen, _int(gen, 5, 8))
+    return [attempt(ns.predict_held_out, N, L, 2), attempt(ns.predict_held_out, N, L, len(N))]
+
+
+# ------------------------------------------------------------------------------ compute_optimal
+def _chinchilla_params(gen) -> dict:
+    return {"E": _uniform(gen, 1.0, 2.0), "A": math.exp(_uniform(gen, 3, 9)), "B": math.exp(_uniform(gen, 3, 9)),
+            "alpha": _uniform(gen, 0.2, 0.6), "beta": _uniform(gen, 0.2, 0.6)}
+
+
+@probe()
+def optimal_scalar(ns, gen):
+    """The inputs come back with the answers: the judge minimises L numerically on the same ones.
+    Each answer is [N_opt, D_opt, both are floats]."""
+    params, out, budgets = _chinchilla_params(gen), [], []
+    for _ in range(2):
+        C = math.exp(math.log(10) * _uniform(gen, 15, 25))
+        got = attempt(ns.compute_optimal, params, C)
+        pair = got if isinstance(got, (tuple, list)) and len(got) == 2 else [got, got]
+        out.append([pair[0], pair[1], all(isinstance(v, float) for v in pair)])
+        budgets.append(C)
+    return {"params": params, "C": budgets, "answers": out}
+
+
+@probe()
+def optimal_array(ns, gen):
+    params = _chinchilla_params(gen)
+    C = np.exp(math.log(10) * (15 + 10 * torch.rand(_int(gen, 3, 7), dtype=torch.float64, generator=gen).numpy()))
+    return {"params": params, "C": C, "answer": attempt(ns.compute_optimal, params, C)}
+
+
+@probe()
+def optimal_rejects_bad_budget(ns, gen):
+    params = _chinchilla_params(gen)
+    return [attempt(ns.compute_optimal, params, 0.0),
+            attempt(ns.compute_optimal, params, np.array([1e20, -_uniform(gen, 1, 1e20)]))]

@@ -1,0 +1,190 @@
+"""Core and extension, and the rubrics of the written answers: conventions read from the source notebooks.
+
+**Tiers.** Every graded cell is *core* unless it carries the Jupyter cell tag ``extension``. Extension
+cells sit in a final section of their notebook headed "Extensions (optional)" (the whole bonus notebook
+is an extension), so a student who stops after the core still gets a notebook that runs top to bottom.
+``export`` reports core and extension points in separate columns; the tier always comes from the
+source notebook in ``solutions/``, never from a student's copy.
+
+**Rubrics.** Every manually graded (written) answer cell is followed directly by a markdown cell tagged
+``rubric`` that starts with ``**Rubric: `<grade_id>` (<points> points)**`` and lists the partial-credit
+items as ``- **<p> point(s)**: ...``; the items add up to the cell's points. ``python -m grader release``
+drops rubric cells (students never see them); TAs read them in the source notebook and in the
+autograded copy, where ``autograde`` puts each rubric under the answer it grades.
+
+**The core proxy.** The issue's stand-in for "the core fits 8 hours": at most :data:`MAX_CORE_LINES`
+non-blank, non-comment lines between solution markers over all core answer cells, and at most
+:data:`MAX_CORE_WRITTEN` core written answers. ``python -m grader.tiers`` prints the table.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+EXTENSION_TAG = "extension"
+RUBRIC_TAG = "rubric"
+MAX_CORE_LINES = 250
+MAX_CORE_WRITTEN = 14
+
+_RUBRIC_HEAD = re.compile(r"^\*\*Rubric: `(?P<gid>[A-Za-z0-9_]+)` \((?P<pts>[0-9.]+) points?\)\*\*")
+_RUBRIC_ITEM = re.compile(r"^\s*[-*] \*\*(?P<pts>[0-9.]+) points?\*\*")
+
+
+def _cells(nb) -> list[dict]:
+    if isinstance(nb, (str, Path)):
+        nb = json.loads(Path(nb).read_text(encoding="utf-8"))
+    return nb["cells"]
+
+
+def _src(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def _meta(cell: dict) -> dict:
+    return cell.get("metadata", {}).get("nbgrader") or {}
+
+
+def tags(cell: dict) -> list[str]:
+    return list(cell.get("metadata", {}).get("tags") or [])
+
+
+def is_extension(cell: dict) -> bool:
+    return EXTENSION_TAG in tags(cell)
+
+
+def is_rubric(cell: dict) -> bool:
+    return RUBRIC_TAG in tags(cell)
+
+
+def is_written_answer(cell: dict) -> bool:
+    """A manually graded answer: nbgrader grade + solution, markdown."""
+    m = _meta(cell)
+    return bool(m.get("grade") and m.get("solution")) and cell.get("cell_type") == "markdown"
+
+
+def is_code_answer(cell: dict) -> bool:
+    m = _meta(cell)
+    return bool(m.get("solution")) and cell.get("cell_type") == "code"
+
+
+def grade_tiers(nb) -> dict[str, str]:
+    """{grade_id: "core" | "extension"} for every cell of ``nb`` (a path or a notebook dict) that
+    carries points: autograder test cells and written answers."""
+    out = {}
+    for cell in _cells(nb):
+        m = _meta(cell)
+        if m.get("grade") and m.get("grade_id"):
+            out[m["grade_id"]] = "extension" if is_extension(cell) else "core"
+    return out
+
+
+def solution_lines(source: str) -> int:
+    """Non-blank, non-comment lines between ``### BEGIN SOLUTION`` and ``### END SOLUTION``."""
+    n, inside = 0, False
+    for line in source.splitlines():
+        if "### BEGIN SOLUTION" in line:
+            inside = True
+        elif "### END SOLUTION" in line:
+            inside = False
+        elif inside and line.strip() and not line.strip().startswith("#"):
+            n += 1
+    return n
+
+
+def core_proxy(nb) -> dict:
+    """{"core_lines", "extension_lines", "core_written", "extension_written", "core_points",
+    "extension_points"} of one source notebook."""
+    out = dict.fromkeys(("core_lines", "extension_lines", "core_written", "extension_written"), 0)
+    out.update(core_points=0.0, extension_points=0.0)
+    for cell in _cells(nb):
+        tier = "extension" if is_extension(cell) else "core"
+        if is_code_answer(cell):
+            out[f"{tier}_lines"] += solution_lines(_src(cell))
+        if is_written_answer(cell):
+            out[f"{tier}_written"] += 1
+        m = _meta(cell)
+        if m.get("grade"):
+            out[f"{tier}_points"] += float(m.get("points") or 0)
+    return out
+
+
+def rubric_problems(nb) -> list[str]:
+    """What is wrong with the rubrics of ``nb``: a written answer without a rubric cell right after it,
+    a rubric naming another cell, points that do not add up, a rubric with no written answer above."""
+    cells = _cells(nb)
+    problems = []
+    for i, cell in enumerate(cells):
+        if is_written_answer(cell):
+            gid, pts = _meta(cell)["grade_id"], float(_meta(cell).get("points") or 0)
+            nxt = cells[i + 1] if i + 1 < len(cells) else None
+            if nxt is None or not is_rubric(nxt):
+                problems.append(f"{gid}: no rubric cell (tag {RUBRIC_TAG!r}) directly after the answer")
+                continue
+            text = _src(nxt)
+            head = _RUBRIC_HEAD.match(text.strip())
+            if not head:
+                problems.append(f"{gid}: the rubric does not start with **Rubric: `{gid}` ({pts:g} points)**")
+                continue
+            if head["gid"] != gid:
+                problems.append(f"{gid}: the rubric below it names {head['gid']!r}")
+            if float(head["pts"]) != pts:
+                problems.append(f"{gid}: the rubric says {head['pts']} points, the cell is worth {pts:g}")
+            items = [float(m["pts"]) for line in text.splitlines() if (m := _RUBRIC_ITEM.match(line))]
+            if len(items) < 2:
+                problems.append(f"{gid}: the rubric needs at least two partial-credit items")
+            if abs(sum(items) - pts) > 1e-9:
+                problems.append(f"{gid}: the rubric's items add up to {sum(items):g}, the cell is worth {pts:g}")
+            if is_extension(cell) != is_extension(nxt):
+                problems.append(f"{gid}: the rubric and its answer are in different tiers")
+        elif is_rubric(cell) and not (i and is_written_answer(cells[i - 1])):
+            problems.append(f"cell {i}: a rubric cell with no written answer directly above it")
+        if is_rubric(cell) and _meta(cell):
+            problems.append(f"cell {i}: a rubric cell must not be an nbgrader cell")
+    return problems
+
+
+def rubric_cells(nb) -> dict[str, str]:
+    """{grade_id of the written answer: rubric markdown} of ``nb``."""
+    cells = _cells(nb)
+    return {_meta(c)["grade_id"]: _src(cells[i + 1]) for i, c in enumerate(cells)
+            if is_written_answer(c) and i + 1 < len(cells) and is_rubric(cells[i + 1])}
+
+
+def strip_rubrics(nb: dict) -> dict:
+    """``nb`` without its rubric cells (in place; returned for chaining)."""
+    nb["cells"] = [c for c in nb["cells"] if not is_rubric(c)]
+    return nb
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the core proxy of every source notebook and the rubric problems; exit 1 over the limits."""
+    from . import ROOT
+
+    folder = Path(argv[0]) if argv else ROOT / "solutions" / "ex01"
+    total = dict.fromkeys(("core_lines", "extension_lines", "core_written", "extension_written",
+                           "core_points", "extension_points"), 0)
+    print(f"{'notebook':<36}{'core lines':>11}{'ext lines':>10}{'core written':>13}{'ext written':>12}"
+          f"{'core pts':>9}{'ext pts':>8}")
+    bad = False
+    for path in sorted(folder.glob("*.ipynb")):
+        p = core_proxy(path)
+        for k in total:
+            total[k] += p[k]
+        print(f"{path.stem:<36}{p['core_lines']:>11}{p['extension_lines']:>10}{p['core_written']:>13}"
+              f"{p['extension_written']:>12}{p['core_points']:>9g}{p['extension_points']:>8g}")
+        for problem in rubric_problems(path):
+            bad = True
+            print(f"  rubric: {problem}")
+    print(f"{'total':<36}{total['core_lines']:>11}{total['extension_lines']:>10}{total['core_written']:>13}"
+          f"{total['extension_written']:>12}{total['core_points']:>9g}{total['extension_points']:>8g}")
+    print(f"limits: core lines <= {MAX_CORE_LINES}, core written answers <= {MAX_CORE_WRITTEN}")
+    bad |= total["core_lines"] > MAX_CORE_LINES or total["core_written"] > MAX_CORE_WRITTEN
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

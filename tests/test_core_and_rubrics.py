@@ -1,0 +1,204 @@
+"""Issue #14: the core path fits a week (a line and written-answer budget), extensions are optional and
+scored apart, and every written answer has a rubric the TA sees and the student never does.
+
+The conventions live in grader/tiers.py; these tests read them off the source notebooks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import RELEASE, SOLUTIONS, graded_cells, solution_notebooks
+from grader import tiers
+from grader.authoring import answer, manual, md, tests as autograder_tests
+from grader.bundle import solution_blocks
+from grader.course import Course
+from grader.feedback import gradebook_rows, sanitise
+
+ALL_SOURCES = sorted(SOLUTIONS.glob("*.ipynb"))
+
+
+def _nb(cells) -> dict:
+    return {"cells": [json.loads(json.dumps(c)) for c in cells]}
+
+
+def _tag(cell, *names):
+    cell.metadata["tags"] = list(names)
+    return cell
+
+
+def _rubric(gid, points, items, *extra_tags):
+    body = "\n".join(f"- **{p:g} point{'s' if p != 1 else ''}**: item" for p in items)
+    return _tag(md(f"**Rubric: `{gid}` ({points:g} points)**\n{body}"), "rubric", *extra_tags)
+
+
+# ------------------------------------------------------------------------------ the proxy itself
+def test_proxy_counts_core_and_extension_apart():
+    nb = _nb([
+        answer("f", "def f():\n    ### BEGIN SOLUTION\n    # a comment\n    x = 1\n\n    return x\n    ### END SOLUTION"),
+        manual("answer_a", "### BEGIN SOLUTION\ntext\n### END SOLUTION", 2),
+        _rubric("answer_a", 2, [1, 1]),
+        autograder_tests("test_f", "assert f() == 1", 3),
+        _tag(answer("g", "def g():\n    ### BEGIN SOLUTION\n    return 2\n    ### END SOLUTION"), "extension"),
+        _tag(autograder_tests("test_g", "assert g() == 2", 1.5), "extension"),
+    ])
+    p = tiers.core_proxy(nb)
+    assert (p["core_lines"], p["extension_lines"]) == (2, 1)
+    assert (p["core_written"], p["extension_written"]) == (1, 0)
+    assert (p["core_points"], p["extension_points"]) == (5.0, 1.5)
+    assert tiers.grade_tiers(nb) == {"answer_a": "core", "test_f": "core", "test_g": "extension"}
+
+
+def test_the_pack_core_fits_the_budget():
+    totals = {"core_lines": 0, "core_written": 0}
+    table = []
+    for path in ALL_SOURCES:
+        p = tiers.core_proxy(path)
+        totals["core_lines"] += p["core_lines"]
+        totals["core_written"] += p["core_written"]
+        table.append(f"{path.stem}: {p['core_lines']} core lines, {p['core_written']} core written answers")
+    print("\n".join(table))
+    assert totals["core_lines"] <= tiers.MAX_CORE_LINES, (
+        f"the core asks for {totals['core_lines']} solution lines (limit {tiers.MAX_CORE_LINES}):\n" + "\n".join(table))
+    assert totals["core_written"] <= tiers.MAX_CORE_WRITTEN, (
+        f"the core asks for {totals['core_written']} written answers (limit {tiers.MAX_CORE_WRITTEN}):\n"
+        + "\n".join(table))
+
+
+def test_every_notebook_has_extensions_or_says_none_and_states_its_time():
+    for path in ALL_SOURCES:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        first_md = next(c for c in cells if c["cell_type"] == "markdown")
+        text = "".join(first_md["source"])
+        assert "Core: about" in text or "optional" in text.lower(), f"{path.name}: the first cell states no expected time"
+
+
+@pytest.mark.parametrize("path", ALL_SOURCES, ids=lambda p: p.stem)
+def test_extensions_come_last_so_the_core_runs_top_to_bottom(path):
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    flags = [tiers.is_extension(c) for c in cells]
+    if not any(flags):
+        return
+    first = flags.index(True)
+    late_core = [i for i in range(first, len(cells)) if not flags[i]]
+    assert not late_core, f"{path.name}: core cells {late_core} come after the extension section starts (cell {first})"
+    if first > 0:   # a notebook that is all extension (the bonus) needs no section heading
+        head = "".join(cells[first]["source"])
+        assert cells[first]["cell_type"] == "markdown" and "Extensions (optional)" in head, (
+            f"{path.name}: the extension section must open with a '## Extensions (optional)' markdown cell")
+
+
+def test_the_bonus_is_an_extension():
+    bonus = SOLUTIONS / "bonus_masked_pretraining_bayes.ipynb"
+    assert set(tiers.grade_tiers(bonus).values()) == {"extension"}
+
+
+# ------------------------------------------------------------------------------ rubrics
+@pytest.mark.parametrize("path", ALL_SOURCES, ids=lambda p: p.stem)
+def test_every_written_answer_has_a_rubric(path):
+    problems = tiers.rubric_problems(path)
+    assert not problems, f"{path.name}:\n  " + "\n  ".join(problems)
+
+
+def test_the_rubric_check_can_fail():
+    written = manual("answer_a", "### BEGIN SOLUTION\ntext\n### END SOLUTION", 2)
+    assert tiers.rubric_problems(_nb([written, _rubric("answer_a", 2, [1, 0.5, 0.5])])) == []
+    cases = {
+        "no rubric": [written, md("just text")],
+        "wrong total": [written, _rubric("answer_a", 2, [1, 0.5])],
+        "other cell": [written, _rubric("answer_b", 2, [1, 1])],
+        "one item": [written, _rubric("answer_a", 2, [2])],
+        "tiers differ": [_tag(manual("answer_a", "### BEGIN SOLUTION\nx\n### END SOLUTION", 2), "extension"),
+                         _rubric("answer_a", 2, [1, 1])],
+        "orphan": [md("intro"), _rubric("answer_a", 2, [1, 1])],
+    }
+    for name, cells in cases.items():
+        assert tiers.rubric_problems(_nb(cells)), f"{name}: the rubric check found nothing wrong"
+
+
+def test_rubrics_never_reach_students():
+    """Not in the release, not in the feedback page's source, and the bundle's leak check knows them."""
+    rubric_text = [t for path in ALL_SOURCES for t in tiers.rubric_cells(path).values()]
+    assert rubric_text, "no rubric cells in the source notebooks"
+    for nb in RELEASE.glob("*.ipynb"):
+        cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
+        assert not any(tiers.is_rubric(c) for c in cells), f"{nb.name}: a rubric cell in the release"
+        text = "\n".join("".join(c["source"]) for c in cells)
+        assert "**Rubric:" not in text, f"{nb.name}: rubric text in the release"
+    # feedback drops the rubric cells autograde put under the answers
+    page = sanitise({"cells": [_tag(md("**Rubric: `a` (1 point)**"), "rubric"), md("the student's answer")]})
+    assert [c["source"] for c in page["cells"]] == ["the student's answer"]
+    assert any(where.endswith("(rubric)") for where, _, _ in solution_blocks())
+
+
+def test_autograde_puts_each_rubric_under_its_answer(tmp_path):
+    from grader.autograde import _insert_rubrics
+
+    source = SOLUTIONS / "task1_infonce.ipynb"
+    rubrics = tiers.rubric_cells(source)
+    release = json.loads((RELEASE / "task1_infonce.ipynb").read_text(encoding="utf-8"))
+    release["cells"].insert(0, _tag(md("**Rubric: `answer_a` (99 points)** a student's fake"), "rubric"))
+    executed = tmp_path / "task1_infonce.ipynb"
+    executed.write_text(json.dumps(release), encoding="utf-8")
+    _insert_rubrics(executed, source)
+    cells = json.loads(executed.read_text(encoding="utf-8"))["cells"]
+    assert not any("a student's fake" in "".join(c["source"]) for c in cells)
+    for i, cell in enumerate(cells):
+        gid = (cell["metadata"].get("nbgrader") or {}).get("grade_id")
+        if gid in rubrics:
+            assert tiers.is_rubric(cells[i + 1]) and cells[i + 1]["source"] == rubrics[gid]
+    assert sum(tiers.is_rubric(c) for c in cells) == len(rubrics)
+
+
+# ------------------------------------------------------------------------------ export
+def test_export_reports_core_and_extension_apart(roundtrips):
+    sol = roundtrips["solution"]
+    course = Course(grading=sol.course, source=sol.course / "source" / "ex01")
+    tier_of = {(path.stem, gid): t for path in solution_notebooks() for gid, t in tiers.grade_tiers(path).items()}
+    expected = {"core": 0.0, "extension": 0.0}
+    for (nb, gid), (_, max_score) in sol.scores.items():
+        if (nb, gid) in tier_of:
+            expected[tier_of[(nb, gid)]] += max_score
+    for name, run in roundtrips.items():
+        course = Course(grading=run.course, source=run.course / "source" / "ex01")
+        (row,) = gradebook_rows(course, [run.student]).values()
+        assert row["core_max"] == pytest.approx(expected["core"]), name
+        assert row["extension_max"] == pytest.approx(expected["extension"]), name
+        assert row["core_max"] + row["extension_max"] == pytest.approx(row["max_score"]), name
+        assert row["core_score"] + row["extension_score"] == pytest.approx(row["score"]), name
+    sol_row = gradebook_rows(Course(grading=sol.course, source=sol.course / "source" / "ex01"), [sol.student])[sol.student]
+    auto = {"core": 0.0, "extension": 0.0}
+    for path in solution_notebooks():
+        for gid in graded_cells(path):        # autograded test cells only
+            auto[tier_of[(path.stem, gid)]] += sol.scores[(path.stem, gid)][0]
+    assert sol_row["core_score"] >= auto["core"] > 0
+    if expected["extension"]:
+        assert sol_row["extension_score"] > 0
+    rel = roundtrips["release"]
+    rel_row = gradebook_rows(Course(grading=rel.course, source=rel.course / "source" / "ex01"), [rel.student])[rel.student]
+    assert rel_row["core_score"] == 0 and rel_row["extension_score"] == 0
+
+
+@pytest.mark.parametrize("path", ALL_SOURCES, ids=lambda p: p.stem)
+def test_no_core_cell_uses_a_name_an_extension_answer_defines(path):
+    """A student who skips the extensions leaves their stubs raising NotImplementedError: the core must
+    not call anything they define (checked on the names in the code, not by running it)."""
+    import ast
+
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    defined = set()
+    for cell in cells:
+        if tiers.is_extension(cell) and tiers.is_code_answer(cell):
+            tree = ast.parse("".join(cell["source"]))
+            defined |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    used = {}
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "code" or tiers.is_extension(cell):
+            continue
+        src = "\n".join(line for line in "".join(cell["source"]).splitlines() if not line.lstrip().startswith(("%", "!")))
+        names = {n.id for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Name)}
+        names |= {n.attr for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Attribute)}
+        for name in names & defined:
+            used.setdefault(name, []).append(i)
+    assert not used, f"{path.name}: core cells use names an extension answer defines: {used}"
