@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import ASSIGNMENT, GRADER_DIR, ROOT
+from .tiers import is_rubric
 
 BUNDLE_NAME = f"{ASSIGNMENT}-student"
 CONFIG = GRADER_DIR / "bundle.toml"
@@ -134,7 +135,7 @@ def _release_notebooks(dest: Path, pack_url: str) -> list[str]:
     import nbformat
     from nbgrader.utils import compute_checksum
 
-    from .release import generate_release
+    from .release import generate_release, write_notebook_json
 
     with tempfile.TemporaryDirectory(prefix="las-bundle-") as tmp:
         generated = generate_release(Path(tmp))
@@ -152,8 +153,7 @@ def _release_notebooks(dest: Path, pack_url: str) -> list[str]:
                     stamped += 1
             if stamped != 1:
                 raise RuntimeError(f"{nb.name}: expected one setup cell (grade_id 'setup'), found {stamped}")
-            (dest / nb.name).write_text(json.dumps(data, indent=1, ensure_ascii=False, sort_keys=True) + "\n",
-                                        encoding="utf-8")
+            write_notebook_json(dest / nb.name, data)
             names.append(nb.name)
     return names
 
@@ -271,7 +271,7 @@ def solution_blocks(solutions: Path | None = None) -> list[tuple[str, str, list[
             src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
             kind = "code" if cell.get("cell_type") == "code" else "prose"
             norm = _normalise if kind == "code" else _prose
-            if "rubric" in (cell.get("metadata", {}).get("tags") or []):   # a TA's rubric: all of it is secret
+            if is_rubric(cell):   # a TA's rubric (grader/tiers.py): all of it is secret
                 lines = [n for n in (_prose(raw) for raw in src.splitlines()) if n]
                 if lines:
                     blocks.append((f"{nb.name} cell {index} (rubric)", "prose", lines))

@@ -210,11 +210,10 @@ def sync_assignment(course: Course) -> list[str]:
         if course.release.exists():
             shutil.rmtree(course.release)
         shutil.copytree(tmp / "release" / ASSIGNMENT, course.release)
-        from .tiers import strip_rubrics
+        from .release import _normalise
 
         for path in course.release.glob("*.ipynb"):   # the release a student got has no rubric cells
-            path.write_text(json.dumps(strip_rubrics(json.loads(path.read_text(encoding="utf-8"))), indent=1,
-                                       ensure_ascii=False), encoding="utf-8")
+            _normalise(path, drop_rubrics=True)
     return course.notebook_names()
 
 

@@ -71,6 +71,11 @@ def _normalise(path: Path, *, drop_rubrics: bool = False) -> None:
         from .tiers import strip_rubrics
 
         strip_rubrics(data)
+    write_notebook_json(path, data)
+
+
+def write_notebook_json(path: Path, data: dict) -> None:
+    """Write a notebook dict with the pack's stable formatting (sorted keys, indent 1, a final newline)."""
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
 
 

@@ -126,6 +126,7 @@ def class_copy(nb: dict) -> dict:
     hidden-test blocks removed (the code and answers stay), progress bars at their final frame,
     every cell with an id (nbformat 4.5), the TA's rubric cells dropped. Returns a new dict."""
     nb = _with_ids(nb)
+    # the tag of grader/tiers.py's rubric cells (utils ships to students without grader/, so no import)
     nb["cells"] = [c for c in nb["cells"] if "rubric" not in (c.get("metadata", {}).get("tags") or [])]
     for cell in nb["cells"]:
         src = _HIDDEN.sub("", _source(cell))
