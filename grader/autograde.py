@@ -551,7 +551,10 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
                 "notebooks": {res.notebook: {"status": res.status, "reasons": res.reasons, "score": res.score,
                                              "max_score": res.max_score, "seconds": round(res.seconds, 1),
                                              "judge": res.verdict.to_json() if res.verdict is not None else None,
-                                             "audit": res.audit}
+                                             "audit": res.audit,
+                                             # what nbgrader printed when the full run failed: the TA's
+                                             # first stop when a status says "look at it by hand"
+                                             "full_run_log": "" if res.full_run_ok else res.log[-4000:]}
                               for res in per_nb},
                 "score": sum(res.score for res in per_nb),
                 "max_score": sum(res.max_score for res in per_nb),
