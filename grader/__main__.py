@@ -104,7 +104,7 @@ def cmd_autograde(args) -> int:
 
     course = _course(args)
     settings = Settings(workers=args.workers, cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout,
-                        mem_gb=args.mem_gb, sandbox=args.sandbox, kernel_threads=args.kernel_threads)
+                        judge_budget=args.judge_budget, mem_gb=args.mem_gb, sandbox=args.sandbox, kernel_threads=args.kernel_threads)
     if not course.students():
         print(f"no submissions under {course.grading / 'submitted'}: run `python -m grader collect PATH` first",
               file=sys.stderr)
@@ -183,8 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("autograde", help="grade all (or some) students")
     p.add_argument("--student", action="append", help="grade only this student (repeatable)")
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--timeout", type=int, default=120, help="seconds per cell (default 120)")
-    p.add_argument("--notebook-timeout", type=int, default=900, help="hard limit per notebook (default 900 s)")
+    p.add_argument("--timeout", type=int, default=60, help="seconds per cell of the full run and per judge case (default 60)")
+    p.add_argument("--notebook-timeout", type=int, default=180,
+                   help="hard limit of one notebook's full run (default 180 s)")
+    p.add_argument("--judge-budget", type=int, default=120,
+                   help="one notebook's judge run: its top-level code and every case (default 120 s)")
     p.add_argument("--mem-gb", type=float, default=6.0, help="memory cap of each kernel (default 6 GB)")
     p.add_argument("--kernel-threads", type=int, default=0,
                    help="torch threads per kernel (default: CPU cores / workers; 1 on a machine shared with other jobs)")

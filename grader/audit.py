@@ -34,6 +34,10 @@ scanned line by line with regular expressions instead. Markdown is never audited
 The cost is about half a second per MB of code on a laptop core; outputs cost nothing. Past
 ``AUDIT_BUDGET_CHARS`` of code in one notebook the audit stops with an "oversized code" finding,
 and a cell above ``AST_CELL_CHARS`` is only scanned as text (also reported as "oversized code").
+Constant folding gives up on a string longer than ``FOLD_CHARS`` (before building it): nested
+``"A".join([...]).join([...])`` would otherwise grow as the product of the list lengths, gigabytes
+from a few kB of code. The grader runs the audit in a child process under a memory and a time cap
+(``python -m grader.audit``, see :func:`main`; grader/autograde.py ``_audit``).
 
 A finding is a reason to look, not proof: ``setattr`` or ``threading`` have honest uses.
 """
@@ -57,6 +61,7 @@ CODE_CHARS = 120  # a finding's ``code`` is cut to this many characters
 # anyway (homework notebooks hold tens of kB of code; outputs do not count).
 AUDIT_BUDGET_CHARS = 3_000_000
 AST_CELL_CHARS = 500_000  # a larger cell is scanned as text only (and reported as oversized)
+FOLD_CHARS = 10_000  # a constant-folded string longer than this is not built (no flagged name is that long)
 _QUALNAME_DEPTH = 64
 
 
@@ -333,15 +338,20 @@ def _fold(node: ast.AST, consumed: set[int] | None = None, depth: int = 0) -> st
     if depth > 8:
         return None
     parts: list[str] = []
+    size = 0  # the length of ``parts`` joined: past FOLD_CHARS the fold gives up before building more
     stack = [node]
     while stack:
         item = stack.pop()
+        if size > FOLD_CHARS:
+            return None
         if isinstance(item, ast.Constant):
             if isinstance(item.value, str):
                 parts.append(item.value)
+                size += len(item.value)
                 continue
             if isinstance(item.value, bytes):
                 parts.append(item.value.decode("latin-1"))
+                size += len(item.value)
                 continue
             return None
         if isinstance(item, ast.BinOp) and isinstance(item.op, ast.Add):
@@ -354,6 +364,7 @@ def _fold(node: ast.AST, consumed: set[int] | None = None, depth: int = 0) -> st
             if not all(isinstance(v, ast.Constant) and isinstance(v.value, str) for v in item.values):
                 return None
             parts.append("".join(v.value for v in item.values))
+            size += len(parts[-1])
             continue
         if (isinstance(item, ast.Subscript) and isinstance(item.slice, ast.Slice)
                 and item.slice.lower is None and item.slice.upper is None
@@ -363,6 +374,7 @@ def _fold(node: ast.AST, consumed: set[int] | None = None, depth: int = 0) -> st
             if inner is None:
                 return None
             parts.append(inner[::-1])
+            size += len(inner)
             continue
         if (isinstance(item, ast.Call) and isinstance(item.func, ast.Attribute) and item.func.attr == "join"
                 and len(item.args) == 1 and not item.keywords
@@ -370,13 +382,21 @@ def _fold(node: ast.AST, consumed: set[int] | None = None, depth: int = 0) -> st
             sep = _fold(item.func.value, None, depth + 1)
             if sep is None:
                 return None
-            elements = [_fold(e, None, depth + 1) for e in item.args[0].elts]
-            if any(e is None for e in elements):
-                return None
-            parts.append(sep.join(elements))  # type: ignore[arg-type]
+            elements = []
+            joined = size
+            for element in item.args[0].elts:
+                value = _fold(element, None, depth + 1)
+                if value is None:
+                    return None
+                elements.append(value)
+                joined += len(value) + len(sep)
+                if joined > FOLD_CHARS:  # measured before joining: a long separator multiplies
+                    return None
+            parts.append(sep.join(elements))
+            size += len(parts[-1])
             continue
         return None
-    return "".join(parts)
+    return "".join(parts) if size <= FOLD_CHARS else None
 
 
 def _root_name(node: ast.AST) -> str | None:
@@ -1016,3 +1036,43 @@ def summarise(findings: list[Finding], limit: int = 8) -> str:
     if more > 0:
         shown.append(f"... and {more} more")
     return "review: " + "; ".join(shown)
+
+
+# ------------------------------------------------------------------------------ the child process
+#: Exit status of :func:`main` when the audit ran out of memory under its cap.
+OUT_OF_MEMORY = 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m grader.audit [--mem-bytes N] [--cpu-seconds S]``: audit the notebook read as JSON
+    from stdin (``{"cells": [...], "answer_ids": [...] or null}``) and print ``{"findings": [[cell,
+    line, what, code], ...]}`` on stdout. The caps are set on this process before anything is read,
+    so one notebook's code cannot take the grader's memory or time (grader/autograde.py ``_audit``
+    runs it with a wall-time limit as well). Exits 3 when the memory cap was hit."""
+    import argparse
+    import json
+    import resource
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m grader.audit", description=main.__doc__)
+    parser.add_argument("--mem-bytes", type=int, default=0, help="address-space cap (RLIMIT_AS); 0: none")
+    parser.add_argument("--cpu-seconds", type=int, default=0, help="CPU-time cap (RLIMIT_CPU); 0: none")
+    args = parser.parse_args(argv)
+    if args.mem_bytes > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (args.mem_bytes, args.mem_bytes))
+    if args.cpu_seconds > 0:
+        resource.setrlimit(resource.RLIMIT_CPU, (args.cpu_seconds, args.cpu_seconds + 1))
+    try:
+        request = json.loads(sys.stdin.buffer.read())
+        answer_ids = request.get("answer_ids")
+        findings = audit_notebook({"cells": request.get("cells")},
+                                  set(answer_ids) if isinstance(answer_ids, list) else None)
+        out = json.dumps({"findings": [[f.cell, f.line, f.what, f.code] for f in findings]})
+    except MemoryError:
+        return OUT_OF_MEMORY
+    sys.stdout.write(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

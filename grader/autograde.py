@@ -51,15 +51,16 @@ STATUS_ORDER = ["unreadable", "kernel died", "timed out", "tampered", "review", 
 class Settings:
     """Limits of one autograde run."""
 
-    cell_timeout: int = 120          # seconds per cell (nbgrader interrupts the cell, goes on)
-    notebook_timeout: int = 900      # hard wall limit per notebook job (kernel hung, interrupt ignored)
+    cell_timeout: int = 60           # seconds per cell (nbgrader interrupts the cell, goes on), and per judge case
+    notebook_timeout: int = 180      # hard wall limit of one notebook's full run (kernel hung, interrupt ignored)
     mem_gb: float = 6.0              # the kernel's memory cap
     workers: int = 1
     sandbox: str = "auto"            # auto | bwrap | unshare | none
     max_output_lines: int = 1000
     kernel_threads: int = 0          # torch/BLAS threads per kernel (0: CPU cores / workers)
     seed: int | None = None          # the judge's input seed (None: the grading folder's own, see judge_seed)
-    probe_timeout: int = 1800        # hard wall limit of one notebook's judge run (also: 120 s + cell_timeout per case)
+    judge_budget: int = 120          # one notebook's judge run: loading its top-level code and every case
+    load_seconds: int = 60           # of which, at most, running the student's top-level statements (each at most 30 s)
 
     def threads(self) -> int:
         return self.kernel_threads or max(1, (os.cpu_count() or 1) // max(1, self.workers))
@@ -96,6 +97,7 @@ class NotebookResult:
     full_run_ok: bool = False
     verdict: object = None                          # the judge's Verdict
     audit: list = field(default_factory=list)       # static audit findings (grader/audit.py)
+    full_run_reason: str = ""                       # why the full run failed (feedback's note), "" if it did not
 
 
 def _worst(statuses) -> str:
@@ -223,13 +225,68 @@ def _instructor_cells_as_released(nb: dict, release_path: Path) -> set[str]:
     return same
 
 
-def _audit(nb: dict, notebook: str, result: NotebookResult, release_path: Path | None = None) -> None:
-    """The static audit: suspicious code keeps its points but asks a TA to look (status review).
-    Locked cells exactly as released are the instructor's and are not audited."""
+#: Caps of the static audit's child process (``python -m grader.audit``): an 11 kB cell of nested
+#: ``"A".join([...])`` once took a grader holding the audit in its own process to 5 GiB and 43 s.
+AUDIT_TIMEOUT = 20.0              # seconds of wall time
+AUDIT_MEM_BYTES = 1024 ** 3       # address space (RLIMIT_AS)
+
+
+class AuditUnfinished(Exception):
+    """The audit's child process ran past its time or memory cap; the message says which."""
+
+
+def _audit_cells(nb: dict) -> list:
+    """What the audit reads of each cell (its type, source and grade_id), positions kept: outputs,
+    which may be most of a 64 MB notebook, never travel to the child process."""
+    cells = []
+    for cell in nb.get("cells", []) if isinstance(nb, dict) else []:
+        if not isinstance(cell, dict):
+            cells.append(None)
+            continue
+        meta = cell.get("metadata")
+        nbg = meta.get("nbgrader") if isinstance(meta, dict) else None
+        gid = nbg.get("grade_id") if isinstance(nbg, dict) else None
+        cells.append({"cell_type": cell.get("cell_type"), "source": cell.get("source", ""),
+                      "metadata": {"nbgrader": {"grade_id": gid}} if isinstance(gid, str) else {}})
+    return cells
+
+
+def run_audit(nb: dict, answer_ids: set[str] | None, *, timeout: float = AUDIT_TIMEOUT,
+              mem_bytes: int = AUDIT_MEM_BYTES) -> list:
+    """grader/audit.py's findings for ``nb``, computed in a fresh child process under a memory cap
+    (RLIMIT_AS) and a wall-time cap: no notebook can take the grader's memory or stall the batch.
+    Raises :class:`AuditUnfinished` when a cap was hit, RuntimeError when the child failed otherwise."""
+    from . import ROOT
+    from .audit import OUT_OF_MEMORY, Finding
+
+    request = json.dumps({"cells": _audit_cells(nb),
+                          "answer_ids": sorted(answer_ids) if answer_ids is not None else None}).encode()
+    cmd = [sys.executable, "-m", "grader.audit", f"--mem-bytes={int(mem_bytes)}",
+           f"--cpu-seconds={int(timeout) + 1}"]
     try:
-        from .audit import audit_notebook, summarise
-    except ImportError:  # pragma: no cover - the audit module ships with the grader
-        return
+        proc = subprocess.run(cmd, input=request, capture_output=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        raise AuditUnfinished(f"it ran past its {timeout:g} s limit") from None
+    if proc.returncode == OUT_OF_MEMORY or (proc.returncode != 0 and b"MemoryError" in proc.stderr[-2000:]):
+        cap = f"{mem_bytes / 1024 ** 3:g} GiB" if mem_bytes >= 1024 ** 3 else f"{mem_bytes / 1024 ** 2:.0f} MiB"
+        raise AuditUnfinished(f"it needed more than its {cap} memory cap")
+    if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        raise AuditUnfinished(f"it ran past its {timeout:g} s limit")
+    try:
+        if proc.returncode != 0:
+            raise ValueError(proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1][:200])
+        return [Finding(str(c), int(line), str(what), str(code))
+                for c, line, what, code in json.loads(proc.stdout)["findings"]]
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise RuntimeError(f"the audit process failed (exit {proc.returncode}: {exc})") from None
+
+
+def _audit(nb: dict, notebook: str, result: NotebookResult, release_path: Path | None = None, *,
+           timeout: float = AUDIT_TIMEOUT, mem_bytes: int = AUDIT_MEM_BYTES) -> None:
+    """The static audit: suspicious code keeps its points but asks a TA to look (status review).
+    Locked cells exactly as released are the instructor's and are not audited. The audit runs in a
+    child process under ``mem_bytes`` and ``timeout`` (:func:`run_audit`); past either, the notebook
+    is marked review with a reason that says so, and the batch goes on."""
     try:
         answer_ids = None
         if release_path is not None:
@@ -237,12 +294,19 @@ def _audit(nb: dict, notebook: str, result: NotebookResult, release_path: Path |
             ids = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in nb.get("cells", [])
                    if isinstance(c, dict) and isinstance(c.get("metadata", {}).get("nbgrader"), dict)}
             answer_ids = {i for i in ids if isinstance(i, str)} - skip
-        findings = audit_notebook(nb, answer_ids)
+        findings = run_audit(nb, answer_ids, timeout=timeout, mem_bytes=mem_bytes)
+    except AuditUnfinished as exc:
+        result.reasons.append(f"{notebook}: the static audit could not finish ({exc}: the code is too large or "
+                              "too convoluted to check automatically); the notebook needs a look by hand")
+        result.status = "review" if result.status == "graded" else result.status
+        return
     except Exception as exc:  # noqa: BLE001 - an audit that trips is itself worth a look
         result.reasons.append(f"{notebook}: the static audit failed ({exc.__class__.__name__}); look at it by hand")
         result.status = "review" if result.status == "graded" else result.status
         return
     if findings:
+        from .audit import summarise
+
         if result.status == "graded":
             result.status = "review"
         result.reasons.append(f"{notebook}: {summarise(findings)}")
@@ -284,6 +348,7 @@ def _full_run(course, student, notebook, settings, db_snapshot, scratch, prepare
         result.reasons.insert(0, f"{notebook}: the full run was still going after the {settings.notebook_timeout} s "
                                  "limit per notebook (a loop that ignores interrupts?); its outputs are lost, "
                                  "the judge graded the functions")
+        result.full_run_reason = result.reasons[0]
         return None
     if code != 0 or not executed.exists():
         result.infra = bool(re.search(r"Kernel died before replying to kernel_info|Kernel didn't respond", log))
@@ -291,10 +356,12 @@ def _full_run(course, student, notebook, settings, db_snapshot, scratch, prepare
             result.status = _worse(result.status, "timed out")
             result.reasons.insert(0, f"{notebook}: a cell ran past {settings.cell_timeout} s and ignored the "
                                      "interrupt; the full run stopped there")
+            result.full_run_reason = result.reasons[0]
         elif re.search(r"DeadKernelError|Kernel died|kernel died", log):
             result.status = _worse(result.status, "kernel died")
             result.reasons.insert(0, f"{notebook}: the kernel died in the full run (os._exit, a crash, or the "
                                      f"{settings.mem_gb:g} GB memory cap); look at it by hand")
+            result.full_run_reason = result.reasons[0]
         else:
             # nbgrader itself tripped over what the notebook did (a patched json module, say): the judge
             # still grades the functions, and a TA should look
@@ -302,6 +369,7 @@ def _full_run(course, student, notebook, settings, db_snapshot, scratch, prepare
             last = [ln for ln in log.splitlines() if "ERROR" in ln or "Error" in ln][-3:]
             result.reasons.insert(0, f"{notebook}: the full run failed inside nbgrader ({' | '.join(last)[-300:]}); "
                                      "the judge graded the functions; look at it by hand")
+            result.full_run_reason = result.reasons[0]
         return None
     _inspect_outputs(executed, result, settings)
     _read_scores(db_url, student, notebook, result)
@@ -320,11 +388,16 @@ def _judge_run(course, notebook, settings, scratch, nb, reference, result, cgrou
     env = judging._harness_env(threads)
     env["LAS_KERNEL_LIMITS"] = json.dumps(_limits(settings))
     prefix = probe_prefix(settings.mode(), workdir, env, overlay=protections()["overlay"])
-    plan = {"stem": notebook, "seed": settings.seed or 0, "isolate": "case", "case_timeout": settings.cell_timeout,
+    # the sandbox gets each case's own seed, never the batch's (judge.case_runs)
+    runs = judging.case_runs([settings.seed or 0], notebook)
+    plan = {"stem": notebook, "runs": runs, "isolate": "case", "case_timeout": settings.cell_timeout,
+            "budget": settings.judge_budget, "load_seconds": settings.load_seconds,
+            "statement_seconds": min(30, settings.load_seconds), "groups": judging.case_groups(notebook),
             "variants": {"student": judging.notebook_cells(release, nb)}}
+    secrets = (str(settings.seed or 0), *(str(v) for v in runs[0]["case_seeds"].values()))
     outer_env = dict(env) if not prefix or prefix[0] != "bwrap" else {"PATH": os.environ.get("PATH", "")}
-    n_cases = len(judging.load_cases(notebook))
-    timeout = min(settings.probe_timeout, 120 + n_cases * settings.cell_timeout)
+    # the harness keeps to the budget itself; this is the backstop (interpreter start, setup cell, kill)
+    timeout = settings.judge_budget + 60
     records, tail = judging.run_harness(plan, workdir=workdir, command_prefix=prefix, env=outer_env,
                                         timeout=timeout, threads=threads, preexec_fn=join_cgroup(cgroup))
     cases, header = judging.by_case(records, "student")
@@ -336,10 +409,23 @@ def _judge_run(course, notebook, settings, scratch, nb, reference, result, cgrou
     elif not cases:
         result.reasons.append(f"{notebook}: the judge got no evidence (the probe run failed: "
                               f"{tail.strip().splitlines()[-1][:200] if tail.strip() else 'no output'})")
-    verdict = judging.judge(notebook, cases, reference, judging.points_per_test_cell(release), header)
+    verdict = judging.judge(notebook, cases, reference, judging.points_per_test_cell(release), header, secrets)
     timed = sorted({c.cell for c in verdict.cases if not c.passed and "did not finish" in c.message})
     if timed:
         result.reasons.append(f"{notebook}: checks of {', '.join(timed)} ran past their time limit (0 for those checks)")
+    budget = sorted({c.cell for c in verdict.cases if not c.passed and "was used up" in c.message})
+    if budget:
+        result.status = _worse(result.status, "timed out")
+        result.reasons.append(f"{notebook}: the judge's {settings.judge_budget} s for this notebook ran out before the "
+                              f"checks of {', '.join(budget)} (0 for those checks)")
+    if verdict.dropped:
+        shown = "; ".join(verdict.dropped[:5]) + (f"; and {len(verdict.dropped) - 5} more" if len(verdict.dropped) > 5 else "")
+        result.reasons.append(f"{notebook}: the judge could not run {shown}")
+        if any(e.get("kind") in ("timeout", "died", "budget") for e in header.get("not_run", []) if isinstance(e, dict)):
+            result.status = _worse(result.status, "timed out")
+    if verdict.tampered:
+        result.status = _worse(result.status, "review")
+        result.reasons.append(f"{notebook}: {verdict.tampered}; the judge discarded the checks after it")
     return verdict
 
 
@@ -450,6 +536,15 @@ def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
         gb.db.commit()
     dest.parent.mkdir(parents=True, exist_ok=True)
     if result.autograded is not None and result.autograded.exists():
+        from .feedback import strip_active_outputs
+
+        # formgrader shows this copy in the TA's browser: nothing of the student's may run there
+        try:
+            executed = json.loads(result.autograded.read_text(encoding="utf-8"))
+            result.autograded.write_text(json.dumps(strip_active_outputs(executed), ensure_ascii=False),
+                                         encoding="utf-8")
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass
         shutil.copy(result.autograded, dest)
     elif dest.exists():
         dest.unlink()  # never leave an older run's notebook behind for feedback
@@ -538,31 +633,50 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
             raise RuntimeError("no grading kernel started (sandbox mode "
                                f"{settings.mode()!r}); try --sandbox none to check. nbgrader said:\n"
                                + ran[0].log[-2000:])
-        statuses = {}
-        for s in students:
-            per_nb = sorted(results[s], key=lambda r: r.notebook)
-            collected = course.read_json("collect", s)
-            reasons = list(dict.fromkeys(list(collected.get("problems", [])) + [r for res in per_nb for r in res.reasons]))
-            worst = _worst([res.status for res in per_nb] + (["unreadable"] if collected.get("unreadable") else []))
-            status = {
-                "student": s,
-                "status": worst,
-                "reason": "; ".join(reasons),
-                "notebooks": {res.notebook: {"status": res.status, "reasons": res.reasons, "score": res.score,
-                                             "max_score": res.max_score, "seconds": round(res.seconds, 1),
-                                             "judge": res.verdict.to_json() if res.verdict is not None else None,
-                                             "audit": res.audit,
-                                             # what nbgrader printed when the full run failed: the TA's
-                                             # first stop when a status says "look at it by hand"
-                                             "full_run_log": "" if res.full_run_ok else res.log[-4000:]}
-                              for res in per_nb},
-                "score": sum(res.score for res in per_nb),
-                "max_score": sum(res.max_score for res in per_nb),
-                "protections": prot,
-                "graded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            }
-            course.write_json("status", s, status)
-            statuses[s] = status
+        statuses = record_statuses(course, results, prot)
         return statuses
     finally:
         shutil.rmtree(workroot, ignore_errors=True)
+
+
+def _notebook_status(res: NotebookResult) -> dict:
+    return {"status": res.status, "reasons": res.reasons, "score": res.score,
+            "max_score": res.max_score, "seconds": round(res.seconds, 1),
+            "judge": res.verdict.to_json() if res.verdict is not None else None,
+            # the judge's report of each test cell, as the feedback shows it
+            "reports": {cell: res.verdict.cell_report(cell) for cell in
+                        res.verdict.points} if res.verdict is not None else None,
+            "full_run_reason": res.full_run_reason,
+            "audit": res.audit,
+            # what nbgrader printed when the full run failed: the TA's
+            # first stop when a status says "look at it by hand"
+            "full_run_log": "" if res.full_run_ok else res.log[-4000:]}
+
+
+def record_statuses(course: Course, results: dict[str, list[NotebookResult]], prot: dict,
+                    update: bool = False) -> dict[str, dict]:
+    """Write grading/status/<student>.json for every student of ``results``; with ``update`` the
+    notebooks graded before (nbgrader's autograde button grades one notebook at a time) are kept."""
+    statuses = {}
+    for s, per_nb in results.items():
+        collected = course.read_json("collect", s)
+        notebooks = dict(course.read_json("status", s).get("notebooks", {})) if update else {}
+        notebooks.update({res.notebook: _notebook_status(res) for res in per_nb})
+        notebooks = dict(sorted(notebooks.items()))
+        reasons = list(dict.fromkeys(list(collected.get("problems", [])) +
+                                     [r for nb in notebooks.values() for r in nb.get("reasons", [])]))
+        worst = _worst([nb.get("status", "graded") for nb in notebooks.values()] +
+                       (["unreadable"] if collected.get("unreadable") else []))
+        status = {
+            "student": s,
+            "status": worst,
+            "reason": "; ".join(reasons),
+            "notebooks": notebooks,
+            "score": sum(nb.get("score", 0.0) for nb in notebooks.values()),
+            "max_score": sum(nb.get("max_score", 0.0) for nb in notebooks.values()),
+            "protections": prot,
+            "graded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        course.write_json("status", s, status)
+        statuses[s] = status
+    return statuses

@@ -176,16 +176,38 @@ def encode(value, budget: int = MAX_CASE_BYTES, _depth: int = 0, _b: _Budget | N
         return {"object": {"type": "unencodable", "repr": _clip(f"{exc.__class__.__name__}: {exc}")}}
 
 
+import builtins as _builtins
+
+# The built-in exception classes, taken when this module is imported (before any student code
+# runs): whether a raised exception "is a ValueError" is decided by identity with these objects,
+# never by a class's name, so a student's class named ValueError (or one whose metaclass rewrites
+# its mro) is not one.
+_BUILTIN_EXCEPTIONS = tuple((name, cls) for name, cls in vars(_builtins).items()
+                            if isinstance(cls, type) and issubclass(cls, BaseException))
+
+
 def raised(exc: BaseException) -> Raised:
-    """The Raised record of an exception (names of its class hierarchy, its message)."""
+    """The Raised record of an exception: its class's name, the built-in exception classes it really
+    is an instance of (``isinstance`` against the real class objects), and its message."""
     try:
-        mro = tuple(str(getattr(c, "__name__", "?")) for c in type(exc).__mro__)
+        own = str(type(exc).__name__)
     except Exception:  # noqa: BLE001
-        mro = (type(exc).__name__,)
+        own = "?"
+    try:
+        mro = tuple(name for name, cls in _BUILTIN_EXCEPTIONS if isinstance(exc, cls) and
+                    cls in type.__getattribute__(type(exc), "__mro__"))
+    except Exception:  # noqa: BLE001
+        mro = ()
+    builtin_self = own in dict(_BUILTIN_EXCEPTIONS) and dict(_BUILTIN_EXCEPTIONS)[own] is type(exc)
+    mro = (own, *mro) if not builtin_self else (own, *(m for m in mro if m != own))
+    mro = tuple(dict.fromkeys(mro))
     try:
         message = str(exc)
     except Exception:  # noqa: BLE001
         message = ""
+    if not builtin_self:
+        shown = f"{own} (a class of your own, not Python's {own})" if own in dict(_BUILTIN_EXCEPTIONS) else own
+        mro = (shown, *mro[1:])
     return Raised(type=mro[0], classes=mro, message=_clip(message))
 
 

@@ -6,6 +6,15 @@ their final ``Error: message`` line (so neither hidden tests nor reference code 
 traceback), and the grader's integrity cell is removed. Every HTML file is then searched for the
 hidden tests' source lines; finding one is a failure of the run, not of the student.
 
+No student HTML or JavaScript runs in a page (grader/safehtml.py): before rendering, markdown, HTML
+and SVG lose their scripts, handlers and dangerous URLs, JavaScript and widget outputs are dropped,
+and only image, text, HTML, markdown and LaTeX outputs are kept; after rendering, the page's body
+goes through an allow-list (the template's head keeps its CSS and MathJax).
+
+A notebook whose full run failed (``kernel died``, ``timed out``: no executed copy) still gets a
+page: the submitted notebook, sanitised the same way, its outputs left out, the judge's report of
+every case under each test cell and a note at the top that says why it could not be run.
+
 One student never breaks the batch: outputs keep only the ANSI colour codes nbconvert can render,
 and a notebook that still cannot be read or rendered is reported for that student while everyone
 else gets feedback. ``export`` writes the CSV atomically, every name printable and every text cell
@@ -14,8 +23,10 @@ escaped against spreadsheet formulas.
 
 from __future__ import annotations
 
+import copy
 import html
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -23,6 +34,7 @@ from pathlib import Path
 
 from . import ASSIGNMENT
 from .course import COURSE_ID, Course, nbgrader, printable, shown, snapshot_db, valid_student_id, write_csv
+from .safehtml import clean_fragment, clean_markdown, clean_page, safe_markdown
 from .submissions import INTEGRITY_TAG
 from .tiers import RUBRIC_TAG, grade_tiers
 
@@ -195,6 +207,168 @@ def _clean_output(value):
     return value
 
 
+#: Output MIME types a page shows; every other one (application/javascript, text/javascript, widget
+#: views and state, PDFs, anything new) is dropped before rendering.
+SHOWN_MIME = ("text/plain", "text/html", "text/markdown", "text/latex", "image/png", "image/jpeg", "image/gif",
+              "image/svg+xml")
+BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
+SAFE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,100}")
+SAFE_TAG = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+
+def _text(value) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "".join(value)
+    return None
+
+
+def _safe_mime(mime: str, value):
+    """An output's or attachment's value of ``mime`` with its active content removed, or None."""
+    text = _text(value)
+    if text is None:
+        return None
+    if mime == "text/html":
+        return clean_fragment(text)
+    if mime == "text/markdown":
+        return safe_markdown(text)
+    if mime == "image/svg+xml":
+        return clean_markdown(text)
+    if mime.startswith("image/"):
+        return text if BASE64.fullmatch(text) else None   # it goes into an <img src="data:..."> as it is
+    return text
+
+
+ATTACHMENT_LINK = re.compile(r"attachment:([^\s)\]\"'<>]+)")
+
+
+SCRATCH_PATH = re.compile(r"(?:/[^\s'\"/<>]+)*/las-(?:autograde|nbgrader|sync|release)-[^\s'\"<>]*")
+
+
+def scrub_host(text: str) -> str:
+    """``text`` without the grading machine's paths: its scratch folders, the pack's checkout and its
+    Python environment (a student's output may print them; a page must not show them)."""
+    import sys
+
+    from . import ROOT
+
+    text = SCRATCH_PATH.sub("<grading folder>", text)
+    for path in sorted({str(ROOT), sys.prefix, os.path.realpath(sys.prefix)}, key=len, reverse=True):
+        if len(path) > 4:
+            text = text.replace(path, "<grader>")
+    return text
+
+
+def _safe_output(out: dict) -> dict | None:
+    """An output a page can show: streams and errors (nbconvert escapes them), rich outputs with
+    only the MIME types of SHOWN_MIME, each cleaned; None for anything else. No host path survives."""
+    kind = out.get("output_type")
+    if kind == "stream":
+        return {"output_type": "stream", "name": "stderr" if out.get("name") == "stderr" else "stdout",
+                "text": scrub_host(_text(out.get("text")) or "")}
+    if kind == "error":
+        tb = out.get("traceback")
+        return {"output_type": "error", "ename": str(out.get("ename", "")),
+                "evalue": scrub_host(str(out.get("evalue", ""))),
+                "traceback": [scrub_host(str(t)) for t in tb] if isinstance(tb, list) else []}
+    if kind not in ("display_data", "execute_result"):
+        return None
+    data = out.get("data") if isinstance(out.get("data"), dict) else {}
+    kept = {}
+    for mime in SHOWN_MIME:
+        if mime in data:
+            value = _safe_mime(mime, data[mime])
+            if value is not None:
+                kept[mime] = scrub_host(value) if mime.startswith("text/") else value
+    if not kept:
+        dropped = ", ".join(sorted(str(m) for m in data)[:5]) or "no data"
+        kept = {"text/plain": f"[this output ({dropped}) is not shown in the feedback]"}
+    meta = out.get("metadata") if isinstance(out.get("metadata"), dict) else {}
+    sizes = {}
+    for mime in ("image/png", "image/jpeg"):   # nbconvert writes these into the <img> tag unquoted
+        dims = meta.get(mime) if isinstance(meta.get(mime), dict) else {}
+        dims = {k: v for k, v in dims.items() if k in ("width", "height") and isinstance(v, (int, float))
+                and not isinstance(v, bool)}
+        if dims:
+            sizes[mime] = dims
+    safe = {"output_type": kind, "data": kept, "metadata": sizes}
+    if kind == "execute_result":
+        count = out.get("execution_count")
+        safe["execution_count"] = count if isinstance(count, int) and not isinstance(count, bool) else None
+    return safe
+
+
+def _safe_cell_metadata(meta) -> dict:
+    """Only the tags (plain names) and a well-formed nbgrader block: nbgrader's feedback template writes
+    the grade_id into links unescaped, nbconvert the tags into class names."""
+    meta = meta if isinstance(meta, dict) else {}
+    safe = {}
+    tags = meta.get("tags")
+    if isinstance(tags, list):
+        safe["tags"] = [t for t in tags if isinstance(t, str) and SAFE_TAG.fullmatch(t)]
+    nbg = meta.get("nbgrader")
+    if isinstance(nbg, dict) and isinstance(nbg.get("grade_id"), str) and SAFE_NAME.fullmatch(nbg["grade_id"]):
+        safe["nbgrader"] = nbg
+    return safe
+
+
+def _safe_attachments(attachments) -> dict:
+    """A markdown cell's attachments: images only (nbconvert puts them in an <img src="data:...">)."""
+    safe = {}
+    for name, bundle in attachments.items() if isinstance(attachments, dict) else ():
+        if not (isinstance(name, str) and SAFE_NAME.fullmatch(name) and isinstance(bundle, dict)):
+            continue
+        kept = {}
+        for mime, value in bundle.items():
+            value = _text(value)   # base64, SVG too: nbconvert writes it into the data URL as it is
+            if mime in ("image/png", "image/jpeg", "image/gif", "image/svg+xml") and value is not None \
+                    and BASE64.fullmatch(value):
+                kept[mime] = value
+        if kept:
+            safe[name] = kept
+    return safe
+
+
+def strip_active_outputs(nb: dict) -> dict:
+    """``nb`` (in place) with every output made safe as for a page (:func:`_safe_output`) and active
+    elements removed from markdown cells, its metadata kept: the autograded copy nbgrader's formgrader
+    shows a TA, in the TA's own browser session."""
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            src = _text(cell.get("source"))
+            if src is not None:
+                cell["source"] = clean_markdown(src)
+        if "outputs" in cell and isinstance(cell["outputs"], list):
+            cell["outputs"] = [o for o in (_safe_output(x) for x in cell["outputs"] if isinstance(x, dict)) if o]
+    return nb
+
+
+def strip_active(nb: dict) -> dict:
+    """``nb`` (in place) without anything that would run in a browser: markdown and raw cells, HTML,
+    markdown and SVG outputs and attachments cleaned (grader/safehtml.py), JavaScript, widget and
+    other unknown outputs dropped, image data that is not base64 dropped, cell and notebook metadata
+    reduced to what the page needs (no widget state)."""
+    nb["metadata"] = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                      "language_info": {"name": "python", "pygments_lexer": "ipython3"}}
+    for cell in nb["cells"]:
+        kind = cell.get("cell_type")
+        src = _text(cell.get("source")) or ""
+        if kind == "markdown":
+            kept = _safe_attachments(cell.get("attachments"))
+            # a link to an attachment that is gone would stop nbconvert ("missing attachment")
+            src = ATTACHMENT_LINK.sub(lambda m: m.group(0) if m.group(1) in kept else "#", src)
+            cell["source"] = safe_markdown(src, kept)
+            cell["attachments"] = kept
+        elif kind == "raw":
+            cell["source"] = clean_fragment(src)
+        elif kind == "code":
+            cell["outputs"] = [o for o in (_safe_output(out) for out in cell.get("outputs") or []
+                                           if isinstance(out, dict)) if o is not None]
+        cell["metadata"] = _safe_cell_metadata(cell.get("metadata"))
+    return nb
+
+
 def sanitise(nb: dict) -> dict:
     """A copy of an autograded notebook that is safe to show the student (and safe to render)."""
     cells = []
@@ -216,7 +390,7 @@ def sanitise(nb: dict) -> dict:
                     out["traceback"] = [f"{out.get('ename', 'Error')}: {out.get('evalue', '')}"]
         cells.append(cell)
     nb["cells"] = cells
-    return nb
+    return strip_active(nb)
 
 
 def hidden_lines(course: Course) -> dict[str, list[str]]:
@@ -238,21 +412,113 @@ def leaks_in(text: str, lines: list[str]) -> list[str]:
     return [ln for ln in lines if ln in plain or re.sub(r"\s+", "", ln) in flat]
 
 
+def _report_texts(stem: str, entry: dict, release: dict) -> dict[str, str]:
+    """test cell -> the judge's per-case report (``Verdict.cell_report``), from the student's status
+    file: as autograde stored it, or rebuilt from the judge's cases for a status written before that."""
+    reports = entry.get("reports")
+    if isinstance(reports, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in reports.items()):
+        return reports
+    from .judge import CaseResult, Verdict, load_cases, points_per_test_cell
+
+    judged = entry.get("judge") or {}
+    says = {case.probe: case.says for case in load_cases(stem)}
+    cases = [CaseResult(str(c.get("cell")), str(c.get("case")), says.get(c.get("case"), str(c.get("case"))), 1.0,
+                        bool(c.get("passed")), str(c.get("message") or ""))
+             for c in judged.get("cases") or [] if isinstance(c, dict)]
+    points = {str(k): float(v) for k, v in (judged.get("points") or {}).items() if isinstance(v, (int, float))}
+    verdict = Verdict(stem, points=points, max_points=points_per_test_cell(release), cases=cases)
+    return {cell: verdict.cell_report(cell) for cell in verdict.max_points}
+
+
+HOST_PATH = re.compile(r"(?:/[^\s/'\"|()\[\]]+)+/([^\s/'\"|()\[\]]*)")   # /tmp/las-autograde-x/a/b.ipynb -> b.ipynb
+
+
+def _not_run_note(entry: dict, stem: str) -> dict:
+    """The markdown cell at the top of a page whose notebook could not be run to the end."""
+    status = str(entry.get("status") or "not run")
+    reasons = [str(r) for r in entry.get("reasons") or []]
+    why = str(entry.get("full_run_reason") or next((r for r in reasons if "full run" in r), "") or status)
+    why = re.sub(r"\s+", " ", printable(why.removeprefix(f"{stem}: "))).strip()
+    why = HOST_PATH.sub(lambda m: m.group(1), why)[:600]   # nbgrader's log names the grader's scratch folders
+    text = (f"This notebook could not be run to the end when it was graded ({status}: {why}). Below is the "
+            "notebook as you submitted it, without outputs; under each test cell the autograder lists its "
+            "checks of your functions, which it ran on their own.")
+    return {"cell_type": "markdown", "metadata": {}, "id": "feedback-not-run",
+            "source": '<div class="alert alert-warning tex2jax_ignore"><strong>Not run to the end.</strong> '
+                      f"{html.escape(text)}</div>"}
+
+
+def not_run_notebook(course: Course, student: str, stem: str, entry: dict) -> dict:
+    """The page's notebook for a student whose full run of ``stem`` failed: the submitted notebook
+    (read and repaired as for grading, grader/submissions.py), its outputs left out, the graded cells'
+    metadata and locked cells (tests, setup) as released, a test cell the student deleted put back at
+    the end, the judge's report under each test cell (as autograde ``_annotate`` does for an executed
+    notebook) and a note at the top. Still to be sanitised like any other page."""
+    from .submissions import prepare
+
+    release_path = course.release / f"{stem}.ipynb"
+    release = json.loads(release_path.read_text(encoding="utf-8"))
+    nb = prepare(course.folder("submitted", student) / f"{stem}.ipynb", release_path).notebook
+    reports = _report_texts(stem, entry, release)
+
+    def gid_of(cell):
+        meta = (cell.get("metadata") or {}).get("nbgrader") if isinstance(cell.get("metadata"), dict) else None
+        return meta.get("grade_id") if isinstance(meta, dict) else None
+
+    released = {gid_of(c): c for c in release["cells"] if gid_of(c)}
+    present = {gid_of(c) for c in nb["cells"]}
+    deleted = [copy.deepcopy(c) for g, c in released.items() if g in reports and g not in present]
+    cells, seen = [_not_run_note(entry, stem)], set()
+    for cell in nb["cells"] + deleted:
+        gid = gid_of(cell)
+        original = released.get(gid)
+        if original is not None and gid not in seen:
+            seen.add(gid)
+            if original["metadata"]["nbgrader"].get("locked"):   # tests, setup: as released (nbgrader restores them too)
+                cell = copy.deepcopy(original)
+            else:
+                cell["metadata"] = {**(cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}),
+                                    "nbgrader": copy.deepcopy(original["metadata"]["nbgrader"])}
+        if cell.get("cell_type") == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+            if gid in reports and original is not None:
+                cell["outputs"].append({"output_type": "stream", "name": "stdout", "text": reports[gid] + "\n"})
+        cells.append(cell)
+    nb["cells"] = cells
+    return nb
+
+
 def _stage(course: Course, student: str, tmp: Path) -> list[str]:
     """Copy the student's autograded notebooks, sanitised, into the scratch course; returns the
     problems met. A notebook that cannot be read or sanitised is left out (and reported), so
-    nbgrader never sees it and the student's other notebooks still get feedback."""
-    problems = []
+    nbgrader never sees it and the student's other notebooks still get feedback. A notebook the
+    judge graded but whose full run failed (no executed copy) is staged from the submitted notebook
+    (:func:`not_run_notebook`)."""
+    problems, staged = [], set()
     src = course.folder("autograded", student)
+    out = tmp / "autograded" / student / ASSIGNMENT
     for path in sorted(src.glob("*.ipynb")) if src.is_dir() else []:
         try:
             nb = sanitise(json.loads(path.read_text(encoding="utf-8")))
-            dst = tmp / "autograded" / student / ASSIGNMENT / path.name
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_text(json.dumps(nb), encoding="utf-8")
+            out.mkdir(parents=True, exist_ok=True)
+            (out / path.name).write_text(json.dumps(nb), encoding="utf-8")
+            staged.add(path.stem)
         except Exception as exc:  # noqa: BLE001 - a corrupt autograded file: report it, go on
             problems.append(f"{path.name}: no feedback, the autograded notebook could not be read "
                             f"({exc.__class__.__name__}: {str(exc)[:160]}); look at it by hand")
+    status = course.read_json("status", student)
+    notebooks = status.get("notebooks") if isinstance(status, dict) else None
+    for stem in course.notebook_names():
+        entry = notebooks.get(stem) if isinstance(notebooks, dict) else None
+        if stem in staged or not isinstance(entry, dict) or not isinstance(entry.get("judge"), dict):
+            continue
+        try:
+            nb = sanitise(not_run_notebook(course, student, stem, entry))
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f"{stem}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+        except Exception as exc:  # noqa: BLE001 - e.g. the submission is gone: report it, go on
+            problems.append(f"{stem}.ipynb: no feedback, its full run failed and the submitted notebook could not "
+                            f"be read ({exc.__class__.__name__}: {str(exc)[:160]}); look at it by hand")
     return problems
 
 
@@ -323,7 +589,15 @@ def feedback(course: Course, students: list[str] | None = None) -> tuple[dict[st
                 continue
             shutil.copytree(out_dir, dest)
             for page in sorted(dest.glob("*.html")):
-                leaked = leaks_in(page.read_text(encoding="utf-8"), hidden.get(page.stem, []))
+                try:   # the last word: the body through the allow-list, whatever the steps before missed
+                    text = clean_page(page.read_text(encoding="utf-8"))
+                    page.write_text(text, encoding="utf-8")
+                except Exception as exc:  # noqa: BLE001 - never leave a page that was not cleaned
+                    page.unlink()
+                    problems.setdefault(student, []).append(f"{page.name}: not written, it could not be cleaned "
+                                                            f"({exc.__class__.__name__}); look at it by hand")
+                    continue
+                leaked = leaks_in(text, hidden.get(page.stem, []))
                 if leaked:
                     page.unlink()
                     leaks.append(f"{student}/{page.name}: {leaked[0]!r}")

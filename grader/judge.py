@@ -20,6 +20,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -27,8 +28,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from utils.answer_loader import cell_role, explain_name_error  # noqa: F401 - cell_role: one reading of the roles
+
 from . import ROOT
-from .evidence import EvidenceError, decode
+from .evidence import EvidenceError, Raised, decode
 
 MAX_RECORD_BYTES = 30 * 1024 ** 2
 MAX_TOTAL_BYTES = 400 * 1024 ** 2
@@ -64,29 +67,13 @@ def load_cases(stem: str) -> list[Case]:
 
 
 # --------------------------------------------------------------------------- cells to probe
-def cell_role(cell: dict) -> str:
-    """parameters | setup | answer | test | written | given | markdown."""
-    if cell.get("cell_type") != "code":
-        return "written" if _meta(cell).get("solution") else "markdown"
-    meta = _meta(cell)
-    if "parameters" in ((cell.get("metadata") or {}).get("tags") or []):
-        return "parameters"
-    if meta.get("grade_id") == "setup":
-        return "setup"
-    if meta.get("solution") and not meta.get("grade"):
-        return "answer"
-    if meta.get("grade"):
-        return "test"
-    return "given"
-
-
 def notebook_cells(release: dict, answers: dict | None) -> list[dict]:
     """The code cells the harness loads: first the release's parameters, setup and given cells
     (trusted: the student's copies of them are ignored), then the student's own code, in the
     student's order: every answer cell and every cell the student added or left unmarked (a helper
     defined in an extra cell is part of the answer). Locked and test cells of the student's copy
-    are never loaded. The harness runs only definitions of the student's cells, so a later
-    definition replaces an earlier one, as in the notebook."""
+    are never loaded. The harness runs the given cells' definitions and every top-level statement
+    of the student's cells, in this order, as the student ran them (utils/answer_loader.py)."""
     cells = []
     release_sources = set()
     for i, cell in enumerate(release["cells"]):
@@ -137,16 +124,20 @@ def run_harness(plan: dict, *, workdir: Path, command_prefix: list[str] | None =
     sandbox) and return (records, the tail of its stderr). Never raises for what the student did:
     a harness that dies or runs past ``timeout`` leaves the cases it did not report missing."""
     workdir.mkdir(parents=True, exist_ok=True)
-    plan_path = workdir / "plan.json"
-    plan_path.write_text(json.dumps(plan), encoding="utf-8")
-    cmd = [*(command_prefix or []), sys.executable, "-m", "grader.probe", str(plan_path)]
+    # the plan goes in on stdin: the sandbox sees the per-case seeds it needs, never a file to reread
+    cmd = [*(command_prefix or []), sys.executable, "-m", "grader.probe", "-"]
     full_env = _harness_env(threads) if env is None else env
     records: list[dict] = []
     with tempfile.TemporaryFile(dir=workdir) as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE,
                                 cwd=workdir, env=full_env, start_new_session=True, preexec_fn=preexec_fn)
         timer = threading.Timer(timeout, _kill_group, args=(proc,))
         timer.start()
+        try:
+            proc.stdin.write(json.dumps(plan).encode())
+            proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
         total = 0
         try:
             while True:
@@ -185,6 +176,20 @@ def run_harness(plan: dict, *, workdir: Path, command_prefix: list[str] | None =
         # nothing of a run whose stream was tampered with or cut short is evidence
         records = [{"kind": "void", "problem": problem}]
     return records, tail
+
+
+def case_runs(seeds: list[int], stem: str, cases: list[str] | None = None) -> list[dict]:
+    """The plan's runs: per seed, a label and every case's own seed (derived here, outside the
+    sandbox, so the batch seed never enters it)."""
+    from .probe import case_seed, load_probes
+
+    names = cases or list(load_probes(stem))
+    return [{"label": int(seed), "case_seeds": {c: case_seed(seed, c) for c in names}} for seed in seeds]
+
+
+def case_groups(stem: str) -> dict[str, str]:
+    """probe -> its test cell (a looping function's other cases then fail fast)."""
+    return {c.probe: c.cell for c in load_cases(stem)}
 
 
 def stream_problem(records: list[dict], returncode: int | None) -> str:
@@ -255,8 +260,8 @@ def reference_records(stem: str, release: dict, solution: dict, seed: int, workr
     with _REFERENCE_LOCK:
         if key in _REFERENCE_CACHE:
             return _REFERENCE_CACHE[key]
-        plan = {"stem": stem, "seed": seed, "isolate": "variant",
-                "variants": {"reference": notebook_cells(release, solution)}}
+        plan = {"stem": stem, "runs": case_runs([seed], stem), "isolate": "variant",
+                "groups": case_groups(stem), "variants": {"reference": notebook_cells(release, solution)}}
         records, tail = run_harness(plan, workdir=Path(tempfile.mkdtemp(prefix=f"ref-{stem}-", dir=workroot)),
                                     threads=threads)
         if void_problem(records):
@@ -289,8 +294,9 @@ class Verdict:
     points: dict[str, float] = field(default_factory=dict)      # test cell -> points awarded
     max_points: dict[str, float] = field(default_factory=dict)  # test cell -> points possible
     cases: list[CaseResult] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)            # answer-cell statements the judge did not run
-    problems: list[str] = field(default_factory=list)           # definitions that failed to load
+    dropped: list[str] = field(default_factory=list)            # student statements that failed or were skipped
+    problems: list[str] = field(default_factory=list)           # problems with the evidence itself
+    tampered: str = ""                                          # why the evidence stream was cut off, if it was
 
     @property
     def score(self) -> float:
@@ -308,6 +314,9 @@ class Verdict:
         for c in rows:
             mark = "PASS" if c.passed else "FAIL"
             lines.append(f"  [{mark}] {c.says}" + ("" if c.passed else f": {c.message}"))
+        if self.dropped and not all(c.passed for c in rows):
+            lines.append("  The grader runs every line of your cells, as you ran them; these it could not run:")
+            lines += [f"    - {d}" for d in self.dropped[:10]]
         return "\n".join(lines)
 
     def to_json(self) -> dict:
@@ -326,6 +335,9 @@ def _student_value(rec: dict | None):
         raise AssertionError(f"did not finish within {rec.get('timeout', '?')} s")
     if status == "died":
         raise AssertionError("the process running it exited or crashed (os._exit, a segfault or the memory cap)")
+    if status == "budget":
+        raise AssertionError(f"not run: the grader's time for this notebook ({rec.get('budget', '?')} s) was used up "
+                             "by slow top-level code or checks before it")
     if status != "ok":
         raise AssertionError("its result could not be read back (too large or malformed)")
     try:
@@ -334,12 +346,30 @@ def _student_value(rec: dict | None):
         raise AssertionError(f"its result could not be read back ({str(exc)[:100]})") from None
 
 
+_PATH = re.compile(r"(?:/[A-Za-z0-9_.+@-]+){2,}/?")
+
+
+def scrub(text: str, secrets: tuple = (), limit: int = 500) -> str:
+    """A student-controlled message as it may reach a page: host paths shortened to their last
+    part, the batch's seeds blanked, at most ``limit`` characters."""
+    text = _PATH.sub(lambda m: ".../" + m.group(0).rstrip("/").rsplit("/", 1)[-1], str(text))
+    for secret in secrets:
+        if secret and len(str(secret)) >= 4:
+            text = text.replace(str(secret), "<hidden>")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def judge(stem: str, student: dict[str, dict], reference: dict[str, dict], points: dict[str, float],
-          header: dict | None = None) -> Verdict:
-    """Score every case of ``stem``; a test cell earns points x (passed weight / total weight)."""
+          header: dict | None = None, secrets: tuple = ()) -> Verdict:
+    """Score every case of ``stem``; a test cell earns points x (passed weight / total weight).
+    ``secrets`` (the batch's seeds) never appear in a message."""
     verdict = Verdict(stem)
     header = header or {}
-    verdict.dropped = [str(x) for x in header.get("dropped", [])][:50]
+    not_run = [e for e in header.get("not_run", []) if isinstance(e, dict)]
+    verdict.dropped = [scrub(x, secrets, 300) for x in header.get("dropped", [])][:50]
+    if header.get("tampered"):
+        verdict.tampered = scrub(header["tampered"], secrets, 300)
+        verdict.problems.append(verdict.tampered)
     for cell, pts in points.items():
         verdict.max_points[cell] = pts
         verdict.points[cell] = 0.0
@@ -354,6 +384,7 @@ def judge(stem: str, student: dict[str, dict], reference: dict[str, dict], point
             for p in rec.get("problems") or []:
                 if p not in verdict.problems:
                     verdict.problems.append(str(p)[:300])
+        got = None
         try:
             got = _student_value(rec)
             ref = decode(reference[case.probe]["value"])
@@ -363,6 +394,11 @@ def judge(stem: str, student: dict[str, dict], reference: dict[str, dict], point
             ok, message = False, str(exc)[:500] or "wrong result"
         except Exception as exc:  # noqa: BLE001 - a check that trips over odd evidence fails the case
             ok, message = False, f"the result could not be checked ({exc.__class__.__name__})"
+        if not ok and isinstance(got, Raised) and got.is_a("NameError"):
+            because = explain_name_error(got.message, not_run)
+            if because and because not in message:
+                message = f"{message}; {because}"
+        message = scrub(message, secrets, 700)
         verdict.cases.append(CaseResult(case.cell, case.probe, case.says, case.weight, ok, message))
     # Error handling earns points only next to a function that works: a stub that raises ValueError
     # for everything must not collect the "raises a ValueError" cases.
@@ -411,7 +447,8 @@ def sweep(stem: str, release: dict, solution: dict, variants: dict[str, dict], s
     results: list = [None] * jobs
 
     def one(i: int) -> None:
-        plan = {"stem": stem, "seeds": chunks[i], "isolate": "variant", "cases": plan_cases, "variants": all_cells}
+        plan = {"stem": stem, "runs": case_runs(chunks[i], stem), "isolate": "variant", "cases": plan_cases,
+                "groups": case_groups(stem), "variants": all_cells}
         workdir = Path(tempfile.mkdtemp(prefix=f"sweep-{stem}-{i}-", dir=workroot))
         results[i] = run_harness(plan, workdir=workdir, timeout=timeout)
 

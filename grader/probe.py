@@ -1,36 +1,41 @@
 """The probe harness: runs inside the grading sandbox and only collects evidence.
 
-``python -m grader.probe PLAN.json`` reads a plan written by the judge (grader/judge.py):
+``python -m grader.probe -`` reads a plan written by the judge (grader/judge.py) on stdin:
 
-    {"stem": "task1_infonce", "seed": 1234, "isolate": "case",
+    {"stem": "task1_infonce", "isolate": "case",
+     "runs": [{"label": 0, "case_seeds": {"info_nce_uniform": 81234, ...}}],
      "variants": {"alice": [{"id": "setup", "role": "setup", "source": "..."}, ...]},
-     "cases": {"alice": ["info_nce_uniform", ...]}}          # optional: default every probe
+     "cases": {"alice": ["info_nce_uniform", ...]},          # optional: default every probe
+     "groups": {"info_nce_uniform": "test_info_nce_loss", ...},
+     "case_timeout": 20, "budget": 120, "load_seconds": 60, "statement_seconds": 30}
 
-and writes one JSON line per probed case to the file descriptor it was started with as stdout:
-``{"kind": "case", "variant": ..., "seed": ..., "case": ..., "status": "ok" | "timeout" | "died" |
-"bad-evidence", "value": <grader.evidence encoding>, "seconds": ...}``, after a header line that
-lists the statements of answer cells the judge did not run.
+and writes JSON lines to the file descriptor it was started with as stdout: per (run, variant) a
+header (the statements it could not run, with cell, line, text, the names they bind and why) and one
+``{"kind": "case", ..., "status": "ok" | "timeout" | "died" | "bad-evidence" | "budget", "value": ...}``
+per case, then ``{"kind": "done"}``.
 
-How it keeps a submission from judging itself:
+What the judge runs is what the student ran:
 
-* It holds no reference implementation: the probes in ``grader/probes/<stem>.py`` only build
-  inputs and call the student's functions; the judge compares outside the sandbox.
-* The harness process (the parent) never runs student code. For every case it forks a child that
-  loads the notebook's *definitions* (imports, functions, classes, constant assignments of the answer
-  cells; the release's given cells; the setup cell already ran in the parent), runs one probe and
-  sends back one encoded value through a pipe. Whatever a child does (patching torch, IPython-style
-  hooks, ``os._exit``, an endless loop) ends with that child: the next case starts from the parent's
-  pristine state, and the evidence channel (the parent's stdout) is closed in every child.
-* The parent is not dumpable (``PR_SET_DUMPABLE 0``), so a child cannot read or write its memory
-  through /proc; a child past its time limit is killed with its process group.
+* The harness process (the parent) never runs student code. It runs the release's parameters and
+  setup cells and the definitions of its given cells (course code), then forks a **loader** that runs
+  every top-level statement of the student's cells in notebook order, once, each under a time limit
+  (utils/answer_loader.py, the same code the student's ``./pack.sh validate`` uses). From that loaded
+  state the loader forks one process per case, which runs one probe and sends back one encoded value.
+* The parent supervises: a statement that hangs past its limit or ends the loader is skipped by a
+  fresh loader (and reported), a case that hangs costs that case, the whole (run, variant) has a
+  budget, and a record out of protocol voids the rest. The evidence channel (the parent's stdout) is
+  closed in every process that runs student code; records the loader relays are only values the
+  student's code produced, which the judge compares outside the sandbox.
+* It holds no reference implementation and never the batch's seed: the probes in
+  ``grader/probes/<stem>.py`` only build inputs from the per-case seed the judge derived.
+* The parent is not dumpable (``PR_SET_DUMPABLE 0``), so no child can read or write its memory
+  through /proc; inside bubblewrap it is pid 1 and kills everything left after each loader.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import os
-import re
 import select
 import signal
 import sys
@@ -40,16 +45,7 @@ import zlib
 from .evidence import MAX_CASE_BYTES, encode, raised
 
 DEFAULT_TIMEOUT = 60.0
-ALLOWED_CALLS = {"float", "int", "str", "bool", "tuple", "list", "dict", "set", "frozenset", "range", "len",
-                 "abs", "min", "max", "round", "sorted", "complex", "Path", "dataclass", "field",
-                 "namedtuple", "TypeVar", "NamedTuple", "defaultdict", "OrderedDict"}
-ALLOWED_CALL_ROOTS = {"math", "collections", "typing", "functools", "dataclasses", "string", "re", "itertools",
-                      "operator", "enum"}
-# torch and numpy: only cheap constructors of small constants (a call like np.ones((40_000, 40_000))
-# at the top of a cell is an experiment, not a definition)
-ALLOWED_ARRAY_CALLS = {"tensor", "as_tensor", "array", "asarray", "float32", "float64", "int64", "int32", "dtype",
-                       "device", "finfo", "iinfo", "log", "exp", "sqrt", "Generator", "get_default_dtype"}
-_MAGIC = re.compile(r"^\s*[%!]")
+_CLOSE_IN_CHILDREN: list[int] = []   # the evidence channel: no process that runs student code holds it
 
 
 # --------------------------------------------------------------------------- probe registry
@@ -85,9 +81,13 @@ class Namespace:
         names = object.__getattribute__(self, "_names")
         if item in names:
             return names[item]
+        from utils.answer_loader import explain_name_error
+
         notes = object.__getattribute__(self, "_notes")
-        hint = f" ({notes[0]})" if notes else ""
-        raise NameError(f"{item} is not defined: keep the name and signature the task gives{hint}")
+        because = explain_name_error(f"name '{item}' is not defined", notes)
+        unparsed = [n["why"] for n in notes if isinstance(n, dict) and n.get("kind") == "syntax"]
+        hint = f" ({unparsed[0]})" if unparsed else ""
+        raise NameError(because or f"{item} is not defined: keep the name and signature the task gives{hint}")
 
 
 def attempt(fn, *args, **kwargs):
@@ -110,89 +110,14 @@ def load_probes(stem: str) -> dict:
     return dict(module.PROBES)
 
 
-# --------------------------------------------------------------------------- definitions only
-def _strip_magics(source: str) -> str:
-    return "\n".join("" if _MAGIC.match(line) else line for line in source.splitlines())
-
-
-def _is_constant(node: ast.AST) -> bool:
-    """An expression that only builds a value: literals, names, arithmetic, and calls to a short
-    list of constructors (``math.log(2)``, ``torch.tensor([...])``), never an arbitrary call."""
-    for sub in ast.walk(node):
-        if isinstance(sub, (ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr)):
-            return False
-        if isinstance(sub, ast.Call):
-            f = sub.func
-            if isinstance(f, ast.Name) and f.id in ALLOWED_CALLS:
-                continue
-            root = f
-            while isinstance(root, ast.Attribute):
-                root = root.value
-            if isinstance(root, ast.Name) and root.id in ALLOWED_CALL_ROOTS and isinstance(f, ast.Attribute):
-                continue
-            if isinstance(root, ast.Name) and root.id in ("torch", "np", "numpy") and isinstance(f, ast.Attribute) \
-                    and f.attr in ALLOWED_ARRAY_CALLS:
-                continue
-            return False
-    return True
-
-
-def _keep(stmt: ast.stmt) -> bool:
-    if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
-                         ast.Pass)):
-        return True
-    if isinstance(stmt, ast.Assign):
-        return all(isinstance(t, (ast.Name, ast.Tuple)) for t in stmt.targets) and _is_constant(stmt.value)
-    if isinstance(stmt, ast.AnnAssign):
-        return isinstance(stmt.target, ast.Name) and (stmt.value is None or _is_constant(stmt.value))
-    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
-        return True  # a docstring or a bare literal
-    return False
-
-
-def _quiet(stmt: ast.stmt) -> bool:
-    """Statements not worth a note when dropped: a print, a display, a bare name."""
-    if isinstance(stmt, ast.Expr):
-        v = stmt.value
-        if isinstance(v, (ast.Name, ast.Attribute, ast.Subscript)):
-            return True
-        if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in ("print", "display"):
-            return True
-    return False
-
-
-def definitions(source: str, label: str) -> tuple[list, list[str]]:
-    """Compile the definitions of one cell: a list of (code object, line) and notes on what was left out."""
-    try:
-        tree = ast.parse(_strip_magics(source), filename=label)
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        return [], [f"{label} does not parse ({exc.__class__.__name__}: {str(exc)[:120]}); nothing in it was run"]
-    kept, notes = [], []
-    for stmt in tree.body:
-        if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Name) and stmt.test.id == "TYPE_CHECKING":
-            continue
-        if isinstance(stmt, ast.Try) and all(_keep(s) for s in stmt.body):
-            handlers_ok = all(all(_keep(s) for s in h.body) for h in stmt.handlers)
-            if handlers_ok and not stmt.finalbody:
-                kept.append(stmt)
-                continue
-        if _keep(stmt):
-            kept.append(stmt)
-        elif not _quiet(stmt):
-            line = ast.get_source_segment(source, stmt) or ""
-            line = line.strip().splitlines()[0] if line.strip() else type(stmt).__name__
-            notes.append(f"{label} line {stmt.lineno}: `{line[:80]}` (top-level code: the judge runs only "
-                         "imports, functions, classes and constants)")
-    code = []
-    for stmt in kept:
-        try:
-            code.append((compile(ast.Module(body=[stmt], type_ignores=[]), label, "exec"), stmt.lineno))
-        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-            notes.append(f"{label} line {stmt.lineno}: cannot compile ({exc.__class__.__name__})")
-    return code, notes
-
-
 # --------------------------------------------------------------------------- the harness
+_dumps, _loads = json.dumps, json.loads   # taken before any student code runs in a forked process
+_write, _read, _fork, _close = os.write, os.read, os.fork, os.close
+MAX_ATTEMPTS = 6        # loader processes per (run, variant): the first, and restarts after a statement or case hung
+GRACE = 3.0             # seconds the harness waits past a limit before it kills the loader itself
+FAST_FAIL = 5.0         # after a case of a test cell timed out, its other cases get this long
+
+
 def _protect_parent() -> None:
     try:
         import ctypes
@@ -205,74 +130,159 @@ def _protect_parent() -> None:
 
 
 def _run_trusted(cells: list[dict], names: dict) -> list[str]:
-    """The parameters and setup cells (from the release, trusted) run fully in the parent."""
+    """The release's parameters and setup cells in full, and its given cells' definitions: course
+    code, run once in the parent before any student code."""
+    from utils.answer_loader import run_definitions, strip_magics
+
     notes = []
     for cell in cells:
         if cell["role"] == "parameters":
             names["PRESET"] = "smoke"
         elif cell["role"] == "setup":
             try:
-                exec(compile(_strip_magics(cell["source"]), cell["id"], "exec"), names)  # noqa: S102
+                exec(compile(strip_magics(cell["source"])[0], cell["id"], "exec"), names)  # noqa: S102
             except Exception as exc:  # noqa: BLE001
                 notes.append(f"setup cell failed: {exc.__class__.__name__}: {exc}")
+        elif cell["role"] == "given":
+            notes += run_definitions(cell["source"], cell["id"], names)
     return notes
 
 
-def _prepare_variant(cells: list[dict]) -> tuple[list, list[str], list[str]]:
-    """(compiled definitions in notebook order, notes about answer cells, notes about given cells)."""
-    compiled, answer_notes, given_notes = [], [], []
-    for cell in cells:
-        if cell["role"] not in ("given", "answer"):
-            continue
-        code, notes = definitions(cell["source"], cell["id"])
-        compiled += code
-        if cell["role"] == "answer":
-            answer_notes.extend(notes)
-        else:  # the release's own cells: only a failure to parse is worth saying
-            given_notes.extend(n for n in notes if "top-level code" not in n)
-    return compiled, answer_notes, given_notes
+def _send(fd: int, record: dict) -> None:
+    view = memoryview((_dumps(record, allow_nan=True) + "\n").encode())
+    while view:
+        n = _write(fd, view[:1 << 16])
+        view = view[n:]
 
 
-def _child(compiled, names: dict, probe_list, seed: int, write_fd: int, out_fd: int) -> None:
-    """In the forked child: load definitions, run the probes, send back the encoded values."""
+def _single_thread() -> None:
+    """In a forked process: one intra-op thread. An OpenMP pool the parent started (a student's
+    top-level torch code with several threads) does not survive fork(); using it would hang."""
     try:
-        os.close(out_fd)
-        os.setpgid(0, 0)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
+        import torch
+
+        torch.set_num_threads(1)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _case_child(probe, names: dict, not_run: list, seed: int, write_fd: int) -> None:
+    """In a forked case process: run one probe on the loaded notebook, send back the encoded value."""
+    try:
+        _single_thread()
         import random
 
         import numpy as np
         import torch
 
-        problems = []
-        for code, line in compiled:
-            try:
-                exec(code, names)  # noqa: S102 - this is the point: the student's definitions, here only
-            except BaseException as exc:  # noqa: BLE001
-                problems.append(f"{code.co_filename} line {line}: {exc.__class__.__name__}: {str(exc)[:160]}")
-        ns = Namespace(names, problems)
-        results = []
-        for probe in probe_list:
-            cs = case_seed(seed, probe.name)
-            torch.manual_seed(cs)
-            np.random.seed(cs)
-            random.seed(cs)
-            gen = torch.Generator().manual_seed(cs)
-            started = time.monotonic()
-            try:
-                value = probe.fn(ns, gen)
-            except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are evidence too
-                value = raised(exc)
-            results.append({"case": probe.name, "value": encode(value), "seconds": round(time.monotonic() - started, 3),
-                             "problems": problems[:5]})
-        data = json.dumps(results, allow_nan=True).encode()
-        view = memoryview(data)
-        while view:
-            n = os.write(write_fd, view[:65536])
-            view = view[n:]
+        torch.manual_seed(seed)
+        np.random.seed(seed % (2 ** 32))
+        random.seed(seed)
+        gen = torch.Generator().manual_seed(seed)
+        started = time.monotonic()
+        try:
+            value = probe.fn(Namespace(names, not_run), gen)
+        except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are evidence too
+            value = raised(exc)
+        _send(write_fd, {"case": probe.name, "value": encode(value), "seconds": round(time.monotonic() - started, 3)})
     finally:
         os._exit(0)
+
+
+def _loader(cells: list[dict], names: dict, cases: list, seeds: dict, timeouts: dict, groups: dict, skip: dict,
+            load_seconds: float, statement_seconds: float, isolate: str, send_fd: int) -> None:
+    """The loader process: runs every top-level statement of the student's cells once (skipping those
+    that hung or killed an earlier loader), then probes the cases, each in a process forked from the
+    loaded state (``isolate == "case"``) or all here (``"variant"``: our own notebooks, in sweeps)."""
+    try:
+        for fd in _CLOSE_IN_CHILDREN:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        os.setpgid(0, 0)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        _single_thread()
+        from utils.answer_loader import not_run_entry, run_statement, statements
+
+        stmts, not_run = [], []
+        for cell in cells:
+            found, problem = statements(cell["source"], cell["id"])
+            if problem:
+                not_run.append({"cell": cell["id"], "line": 1, "text": "", "binds": [], "why": problem,
+                                "kind": "syntax"})
+            stmts += found
+        started = time.monotonic()
+        for i, stmt in enumerate(stmts):
+            if i in skip:
+                not_run.append(skip[i])
+                continue
+            left = load_seconds - (time.monotonic() - started)
+            limit = min(statement_seconds, left)
+            if left <= 0:
+                if not _is_definition_only(stmt):
+                    not_run.append(not_run_entry(stmt, "was not run: the top-level code before it used up the "
+                                                 f"grader's {load_seconds:g} s for loading a notebook", "budget"))
+                    continue
+                limit = 2.0
+            _send(send_fd, {"k": "stmt", "i": i, "entry": not_run_entry(stmt, "", "")})
+            why = run_statement(stmt, names, limit)
+            if why:
+                not_run.append(not_run_entry(stmt, why, "timeout" if "time limit" in why else "error"))
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        _send(send_fd, {"k": "loaded", "not_run": not_run[:200], "seconds": round(time.monotonic() - started, 3)})
+        slow_groups = set()
+        for probe in cases:
+            timeout = timeouts[probe.name]
+            if groups.get(probe.name) in slow_groups:
+                timeout = min(timeout, FAST_FAIL)
+            _send(send_fd, {"k": "case_start", "case": probe.name})
+            if isolate == "variant":
+                try:
+                    import random
+
+                    import numpy as np
+                    import torch
+
+                    torch.manual_seed(seeds[probe.name])
+                    np.random.seed(seeds[probe.name] % (2 ** 32))
+                    random.seed(seeds[probe.name])
+                    value = probe.fn(Namespace(names, not_run), torch.Generator().manual_seed(seeds[probe.name]))
+                except BaseException as exc:  # noqa: BLE001
+                    value = raised(exc)
+                _send(send_fd, {"k": "case", "case": probe.name, "status": "ok", "value": encode(value)})
+                continue
+            read_fd, write_fd = os.pipe()
+            started_case = time.monotonic()
+            pid = _fork()
+            if pid == 0:
+                os.close(read_fd)
+                os.close(send_fd)
+                _case_child(probe, names, not_run, seeds[probe.name], write_fd)
+            os.close(write_fd)
+            status, data = _read_child(pid, read_fd, timeout, MAX_CASE_BYTES + (1 << 20))
+            record = {"k": "case", "case": probe.name, "status": status, "timeout": timeout,
+                      "seconds": round(time.monotonic() - started_case, 3)}
+            if status == "ok":
+                try:
+                    parsed = _loads(data)
+                    record.update(value=parsed["value"], seconds=parsed.get("seconds"))
+                except (ValueError, TypeError, KeyError, RecursionError):
+                    record["status"] = "bad-evidence"
+            if status == "timeout":
+                slow_groups.add(groups.get(probe.name))
+            _send(send_fd, record)
+        _send(send_fd, {"k": "end"})
+    finally:
+        os._exit(0)
+
+
+def _is_definition_only(stmt) -> bool:
+    """A def, class or import: still loaded (2 s each) after the loading budget is used up."""
+    first = stmt.text.lstrip()
+    return first.startswith(("def ", "async def ", "class ", "import ", "from ", "@"))
 
 
 def _read_child(pid: int, read_fd: int, timeout: float, limit: int) -> tuple[str, bytes]:
@@ -288,7 +298,7 @@ def _read_child(pid: int, read_fd: int, timeout: float, limit: int) -> tuple[str
             break
         ready, _, _ = select.select([read_fd], [], [], 0.0 if exited else min(left, 0.2))
         if ready:
-            chunk = os.read(read_fd, 1 << 16)
+            chunk = _read(read_fd, 1 << 16)
             if not chunk:
                 break
             size += len(chunk)
@@ -301,7 +311,7 @@ def _read_child(pid: int, read_fd: int, timeout: float, limit: int) -> tuple[str
             break
         done, _ = os.waitpid(pid, os.WNOHANG)
         exited = done == pid
-    os.close(read_fd)
+    _close(read_fd)
     for target in (-pid, pid):  # the case's process group: whatever it started dies with it
         try:
             os.kill(target, signal.SIGKILL)
@@ -317,10 +327,176 @@ def _read_child(pid: int, read_fd: int, timeout: float, limit: int) -> tuple[str
     return status, b"".join(chunks)
 
 
+class _Lines:
+    """Newline-delimited records from a pipe, each at most ``limit`` bytes, with a deadline per read."""
+
+    def __init__(self, fd: int, limit: int):
+        self.fd, self.limit, self.buf, self.eof = fd, limit, b"", False
+
+    def next(self, deadline: float):
+        """The next record (dict), "timeout", "eof", or "bad" (too long or not a JSON object)."""
+        while b"\n" not in self.buf:
+            if len(self.buf) > self.limit:
+                return "bad"
+            if self.eof:
+                return "eof"
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout"
+            ready, _, _ = select.select([self.fd], [], [], min(left, 0.5))
+            if ready:
+                chunk = os.read(self.fd, 1 << 20)
+                if not chunk:
+                    self.eof = True
+                self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        try:
+            rec = json.loads(line)
+        except (ValueError, RecursionError):
+            return "bad"
+        return rec if isinstance(rec, dict) else "bad"
+
+
+def _kill_loader(pid: int) -> None:
+    for target in (-pid, pid):
+        try:
+            os.kill(target, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+    if os.getpid() == 1:   # pid 1 of the sandbox: nothing the loader started outlives it
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+
+
+def run_variant(cells: list[dict], names: dict, cases: list, seeds: dict, *, case_timeout: float | None,
+                groups: dict, budget: float, load_seconds: float, statement_seconds: float,
+                isolate: str) -> tuple[dict, dict]:
+    """Load one notebook's student cells and probe ``cases`` (see :func:`_loader`), in loader processes
+    this (trusted) process supervises: a statement or case that hangs or ends its process costs that
+    statement or case, and a fresh loader goes on without it. Returns ({case: record}, info)."""
+    skip: dict = {}
+    results: dict = {}
+    pending = list(cases)
+    info = {"not_run": [], "load_seconds": 0.0, "tampered": "", "restarts": 0}
+    timeouts = {p.name: min(p.timeout, case_timeout) if case_timeout else p.timeout for p in cases}
+    deadline = time.monotonic() + budget
+    load_left = load_seconds
+    limit = MAX_CASE_BYTES + (2 << 20)
+    attempt, outcome = 0, ""
+    while pending and attempt < MAX_ATTEMPTS and time.monotonic() < deadline:
+        attempt += 1
+        read_fd, write_fd = os.pipe()
+        pid = _fork()
+        if pid == 0:
+            os.close(read_fd)
+            _loader(cells, names, pending, seeds, timeouts, groups, dict(skip), load_left, statement_seconds,
+                    isolate, write_fd)
+        os.close(write_fd)
+        lines = _Lines(read_fd, limit)
+        phase, current, since = "load", None, time.monotonic()
+        load_started = since
+        outcome = ""
+        while True:
+            if phase == "load":
+                until = min(since + statement_seconds + GRACE, load_started + max(load_left, 0) + 2 * GRACE + 2.0)
+            elif current is not None:
+                until = since + timeouts[current] + GRACE
+            else:
+                until = time.monotonic() + 30.0
+            rec = lines.next(min(until, deadline))
+            if isinstance(rec, dict):
+                kind = rec.get("k")
+                if kind == "stmt" and phase == "load" and isinstance(rec.get("i"), int) \
+                        and isinstance(rec.get("entry"), dict):
+                    current, since = rec, time.monotonic()
+                elif kind == "loaded" and phase == "load" and isinstance(rec.get("not_run"), list):
+                    info["not_run"] = [e for e in rec["not_run"] if isinstance(e, dict)][:200]
+                    info["load_seconds"] = rec.get("seconds") if isinstance(rec.get("seconds"), (int, float)) else 0.0
+                    load_left -= time.monotonic() - load_started
+                    phase, current = "cases", None
+                elif kind == "case_start" and phase == "cases" and pending and rec.get("case") == pending[0].name \
+                        and current is None:
+                    current, since = pending[0].name, time.monotonic()
+                elif kind == "case" and phase == "cases" and current is not None and rec.get("case") == current:
+                    results[current] = {"status": rec.get("status") if rec.get("status") in
+                                        ("ok", "timeout", "died", "bad-evidence") else "bad-evidence",
+                                        "value": rec.get("value"), "seconds": rec.get("seconds"),
+                                        "timeout": timeouts[current]}
+                    pending.pop(0)
+                    current = None
+                elif kind == "end" and phase == "cases" and not pending:
+                    outcome = "end"
+                else:
+                    outcome = "tampered"
+                    info["tampered"] = ("the grading process of this notebook received a record it did not expect "
+                                        f"({str(kind)[:40]!r}): something in the notebook wrote into the grader's "
+                                        "channel")
+                if outcome:
+                    break
+                continue
+            # no record: the loader hung, died, or wrote garbage
+            if rec == "bad":
+                info["tampered"] = "the grading process of this notebook sent malformed records"
+                outcome = "tampered"
+                break
+            if time.monotonic() >= deadline:
+                outcome = "budget"
+                break
+            hung = rec == "timeout"
+            if phase == "load":
+                if isinstance(current, dict):
+                    entry = dict(current["entry"])
+                    entry.update(why=("ran past its time limit and could not be interrupted" if hung else
+                                      "ended the grading process (os._exit, a crash or the memory cap)"),
+                                 kind="timeout" if hung else "died")
+                    skip[current["i"]] = entry
+                    load_left -= time.monotonic() - load_started
+                else:   # hung or died before its first statement (reading the cells themselves)
+                    outcome = "load-failed"
+                    info["not_run"] = [{"cell": cells[0]["id"] if cells else "?", "line": 1, "text": "", "binds": [],
+                                        "kind": "died", "why": "the grader could not even read your cells "
+                                        "(they are too large or too deeply nested); nothing was run"}]
+                break
+            if current is not None:
+                results[current] = {"status": "timeout" if hung else "died", "timeout": timeouts[current],
+                                    "seconds": round(time.monotonic() - since, 3)}
+                pending.pop(0)
+            elif pending:
+                results[pending[0].name] = {"status": "died", "timeout": timeouts[pending[0].name]}
+                pending.pop(0)
+            break
+        os.close(read_fd)
+        _kill_loader(pid)
+        if outcome in ("end", "tampered", "budget", "load-failed"):
+            break
+        info["restarts"] += 1
+    for probe in pending:
+        if outcome == "load-failed":
+            results[probe.name] = {"status": "died", "timeout": timeouts[probe.name]}
+        elif info["tampered"]:
+            results[probe.name] = {"status": "bad-evidence", "timeout": timeouts[probe.name]}
+        else:
+            results[probe.name] = {"status": "budget", "timeout": timeouts[probe.name], "budget": budget}
+    return results, info
+
+
 def run_plan(plan: dict, emit) -> None:
-    """Run every (variant, case); ``emit(record)`` receives each JSON record as it is ready."""
+    """Run every (run, variant); ``emit(record)`` receives each JSON record as it is ready.
+
+    ``plan["runs"]`` lists ``{"label": ..., "case_seeds": {case: seed}}``: the judge derives every
+    case's seed outside the sandbox, so the batch's own seed never enters it."""
     stem = plan["stem"]
-    seeds = [int(x) for x in plan.get("seeds", [plan.get("seed", 0)])]
     isolate = plan.get("isolate", "case")
     registry = load_probes(stem)
     variants: dict = plan["variants"]
@@ -328,7 +504,8 @@ def run_plan(plan: dict, emit) -> None:
     os.environ.setdefault("LAS_PRESET", "smoke")
     names: dict = {"__name__": "__main__", "__builtins__": __builtins__}
     first = next(iter(variants.values()), [])
-    setup_notes = _run_trusted(first, names)
+    setup_notes = _run_trusted([c for c in first if c["role"] in ("parameters", "setup", "given")], names)
+    names.setdefault("display", lambda *args, **kwargs: None)  # IPython's display(), a no-op out of a kernel
     threads = int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
     try:
         import torch
@@ -336,47 +513,30 @@ def run_plan(plan: dict, emit) -> None:
         torch.set_num_threads(max(1, threads))
     except Exception:  # noqa: BLE001
         pass
-    out_fd = plan.get("_out_fd", 1)
-    prepared = {variant: _prepare_variant(cells) for variant, cells in variants.items()}
-    for seed, (variant, cells) in ((sd, vc) for sd in seeds for vc in variants.items()):
-        compiled, answer_notes, given_notes = prepared[variant]
-        wanted = plan.get("cases", {}).get(variant) or list(registry)
-        unknown = [c for c in wanted if c not in registry]
-        emit({"kind": "header", "variant": variant, "seed": seed, "dropped": answer_notes[:50],
-              "given_problems": given_notes[:20] + setup_notes, "unknown": unknown})
-        groups = [[registry[c]] for c in wanted if c in registry] if isolate == "case" else \
-                 [[registry[c] for c in wanted if c in registry]]
-        for group in groups:
-            if not group:
-                continue
-            read_fd, write_fd = os.pipe()
-            started = time.monotonic()
-            pid = os.fork()
-            if pid == 0:
-                os.close(read_fd)
-                _child(compiled, names, group, seed, write_fd, out_fd)
-            os.close(write_fd)
-            cap = float(plan.get("case_timeout") or 0) or None
-            timeout = sum(min(p.timeout, cap) if cap else p.timeout for p in group)
-            status, data = _read_child(pid, read_fd, timeout, MAX_CASE_BYTES * len(group) + (1 << 20))
-            results = {}
-            if status == "ok":
-                try:
-                    parsed = json.loads(data)
-                    results = {r["case"]: r for r in parsed if isinstance(r, dict) and isinstance(r.get("case"), str)}
-                except (ValueError, TypeError, RecursionError, KeyError):
-                    status = "bad-evidence"
-            elapsed = round(time.monotonic() - started, 3)
-            for p in group:
-                rec = results.get(p.name)
-                record = {"kind": "case", "variant": variant, "seed": seed, "case": p.name}
-                if rec is not None and "value" in rec:
-                    record.update(status="ok", value=rec["value"], seconds=rec.get("seconds"),
-                                  problems=[str(x)[:300] for x in (rec.get("problems") or [])[:5]])
-                else:
-                    record.update(status=status if status != "ok" else "died", seconds=elapsed,
-                                  timeout=min(p.timeout, cap) if cap else p.timeout)
-                emit(record)
+    cap = float(plan.get("case_timeout") or 0) or None
+    groups = {k: str(v) for k, v in (plan.get("groups") or {}).items()}
+    runs = plan.get("runs") or [  # our own tests and sweeps may name plain seeds
+        {"label": sd, "case_seeds": {c: case_seed(sd, c) for c in registry}} for sd in plan.get("seeds", [plan.get("seed", 0)])]
+    for run in runs:
+        label, seeds = run["label"], {k: int(v) for k, v in run["case_seeds"].items()}
+        for variant, cells in variants.items():
+            wanted = plan.get("cases", {}).get(variant) or list(registry)
+            unknown = [c for c in wanted if c not in registry or c not in seeds]
+            cases = [registry[c] for c in wanted if c in registry and c in seeds]
+            student = [c for c in cells if c["role"] == "answer"]
+            results, info = run_variant(
+                student, names, cases, seeds, case_timeout=cap, groups=groups,
+                budget=float(plan.get("budget") or 1800.0), load_seconds=float(plan.get("load_seconds") or 60.0),
+                statement_seconds=float(plan.get("statement_seconds") or 30.0), isolate=isolate)
+            from utils.answer_loader import describe
+
+            not_run = info["not_run"]
+            emit({"kind": "header", "variant": variant, "seed": label, "not_run": not_run,
+                  "dropped": [describe(e) for e in not_run if all(k in e for k in ("line", "cell", "text", "why"))],
+                  "given_problems": setup_notes[:20], "unknown": unknown, "tampered": info["tampered"],
+                  "load_seconds": info["load_seconds"], "restarts": info["restarts"]})
+            for probe in cases:
+                emit({"kind": "case", "variant": variant, "seed": label, "case": probe.name, **results[probe.name]})
     emit({"kind": "done"})
 
 
@@ -391,9 +551,12 @@ def main(argv: list[str] | None = None) -> None:
         apply_limits()
     except Exception as exc:  # noqa: BLE001
         print(f"grader.probe: could not apply limits: {exc}", file=sys.stderr)
-    with open(argv[0], encoding="utf-8") as f:
-        plan = json.load(f)
-    plan["_out_fd"] = out_fd
+    if argv and argv[0] != "-":
+        with open(argv[0], encoding="utf-8") as f:
+            plan = json.load(f)
+    else:   # the plan comes on stdin: nothing of it stays on disk where the notebook's code could read it
+        plan = json.loads(sys.stdin.buffer.read())
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
 
     counter = iter(range(1 << 62))
 
@@ -408,6 +571,8 @@ def main(argv: list[str] | None = None) -> None:
             n = os.write(out_fd, view)
             view = view[n:]
 
+    os.set_inheritable(out_fd, False)
+    _CLOSE_IN_CHILDREN.append(out_fd)
     run_plan(plan, emit)
 
 

@@ -10,7 +10,9 @@
 * compares every locked cell with the release: an edited or deleted test cell is reported as
   tampering (nbgrader then restores the original from the gradebook, so the grade is unaffected);
 * strips grading metadata the student invented (a cell claiming to be a graded cell the
-  assignment does not have).
+  assignment does not have);
+* upgrades a notebook saved in an older format (nbformat 3, an old Jupyter) to nbformat 4 with
+  nbformat's own converter, which keeps every cell, source and nbgrader metadata; the reasons say so.
 
 None of this decides points: the judge (grader/judge.py) does, from the answer cells alone.
 """
@@ -62,12 +64,27 @@ def _check_counts(data: bytes, name: str) -> None:
             raise Unreadable(f"{name} has {found} {what} (limit {limit}); {advice}")
 
 
+def _cells_of(nb) -> list | None:
+    """The cells of a parsed notebook: ``cells`` in nbformat 4, the worksheets' cells in nbformat 3
+    (and 2); None when there is no list of cells."""
+    if not isinstance(nb, dict):
+        return None
+    if isinstance(nb.get("cells"), list):
+        return nb["cells"]
+    version = nb.get("nbformat")
+    worksheets = nb.get("worksheets")
+    if isinstance(version, int) and version < 4 and isinstance(worksheets, list) and worksheets \
+            and all(isinstance(w, dict) and isinstance(w.get("cells", []), list) for w in worksheets):
+        return [c for w in worksheets for c in w.get("cells", [])]
+    return None
+
+
 def _check_shape(nb, name: str) -> None:
     """Refuse a parsed notebook that nbformat would take minutes to validate and convert (a million
     cells, a flood of outputs): counting is cheap, validation is not (about 0.1 ms per output)."""
-    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+    cells = _cells_of(nb)
+    if cells is None:
         raise Unreadable(f"{name} has no list of cells")
-    cells = nb["cells"]
     if len(cells) > MAX_CELLS:
         raise Unreadable(f"{name} has {len(cells)} cells (limit {MAX_CELLS}); submit the assignment notebook "
                          "with its original cells")
@@ -77,10 +94,16 @@ def _check_shape(nb, name: str) -> None:
 
 
 def read_notebook(path: Path) -> dict:
-    """Parse and validate a notebook; raise :class:`Unreadable` with the reason.
+    """Parse and validate a notebook (upgraded to nbformat 4 when it is older); raise
+    :class:`Unreadable` with the reason.
 
     The size, cell and output limits are checked before nbformat sees the notebook, so a hostile
     file is refused in about a second instead of stalling the batch in validation."""
+    return _read(path)[0]
+
+
+def _read(path: Path) -> tuple[dict, str | None]:
+    """(the notebook as nbformat 4, the format it was saved in when that was older, else None)."""
     try:
         size = path.stat().st_size
     except OSError as exc:
@@ -104,6 +127,11 @@ def read_notebook(path: Path) -> dict:
         raise Unreadable(f"{path.name} is not a valid notebook ({exc.__class__.__name__}: "
                          f"{str(exc)[:160]})") from None
     _check_shape(parsed, path.name)   # exact counts, also of cells without a cell_type
+    version = parsed.get("nbformat")
+    old_format = None
+    if isinstance(version, int) and version < 4:
+        minor = parsed.get("nbformat_minor")
+        old_format = f"{version}.{minor}" if isinstance(minor, int) else str(version)
     del parsed
     import nbformat   # only now: importing it takes longer than refusing a hostile file
 
@@ -123,16 +151,24 @@ def read_notebook(path: Path) -> dict:
     if not isinstance(nb.get("cells"), list):
         raise Unreadable(f"{path.name} has no list of cells")
     try:
-        return json.loads(nbformat.writes(nb))
+        return json.loads(nbformat.writes(nb)), old_format
     except Exception as exc:  # noqa: BLE001 - e.g. RecursionError on absurdly nested metadata
         raise Unreadable(f"{path.name} cannot be re-serialised ({exc.__class__.__name__}: {str(exc)[:160]})") from None
 
 
 def prepare(path: Path, release_path: Path) -> Prepared:
-    nb = read_notebook(path)
+    nb, old_format = _read(path)
     release = json.loads(release_path.read_text(encoding="utf-8"))
     released = {_meta(c)["grade_id"]: c for c in release["cells"] if _meta(c).get("grade_id")}
     out = Prepared(nb)
+    if old_format:
+        # nbformat 3 has no cell ids: the upgrade drew random ones. Give the graded cells the
+        # release's ids and the others their position, so that a regrade sees the same notebook.
+        for i, cell in enumerate(nb["cells"]):
+            original = released.get(_meta(cell).get("grade_id"))
+            cell["id"] = (original or {}).get("id") or f"cell-{i}"
+        out.notes.append(f"{path.name} was saved as nbformat {old_format} (an old Jupyter): upgraded to "
+                         "nbformat 4 for grading, every cell and its grading metadata kept")
 
     # 1. duplicated grade_ids
     positions: dict[str, list[int]] = {}

@@ -283,3 +283,58 @@ def test_colab_setup_cell_installs_the_pack_from_the_configured_location(built, 
     proc = subprocess.run([str(plain), "-c", "import json,sys; PRESET='smoke'; exec(json.load(open(sys.argv[1])))",
                            str(tmp_path / "cell.json")], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode != 0 and "./pack.sh env" in proc.stderr, proc.stderr[-2000:]
+
+
+GRADER_VIEW_CELL = '''
+_seen = gen.initial_seed()   # the given critic experiment's generator: the grader does not rerun it
+
+
+def n_pair_loss(positive_scores, negative_scores):
+    diffs = negative_scores - positive_scores.unsqueeze(1)
+    zeros = torch.zeros_like(positive_scores).unsqueeze(1)
+    return torch.logsumexp(torch.cat([zeros, diffs], dim=1), dim=1).mean() + 0 * gen.initial_seed()
+'''
+
+
+@pytest.mark.slow
+def test_validate_in_the_bundle_shows_the_graders_view(built, tmp_path):
+    """`./pack.sh validate` in a bundle unpacked outside the repository: nbgrader's check, then the
+    grader's view, which names the line it cannot run (cell and line) and the visible test that
+    fails with the answers loaded as the grader loads them, ends with one line per notebook and
+    exits non-zero; a notebook the grader runs entirely gets "ok"."""
+    from grader.mutants import student_copy
+
+    folder, _ = built
+    copy = tmp_path / "bundle"
+    shutil.copytree(folder, copy)
+    python = _fresh_venv(tmp_path / "venv")
+    env = _env(tmp_path)
+    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-e", "."],
+                             cwd=copy, env=env, capture_output=True, text=True)
+    assert install.returncode == 0, install.stdout + install.stderr
+    # pack.sh's own environment: the fresh one, already set up (its stamp), with nbgrader's script
+    (copy / ".venv").symlink_to(tmp_path / "venv", target_is_directory=True)
+    want = subprocess.run("cat requirements.txt pyproject.toml | sha256sum | cut -c1-16", shell=True, cwd=copy,
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / "venv" / f".pack-env-{want}").touch()
+    shim = tmp_path / "venv" / "bin" / "nbgrader"
+    shim.write_text(f'#!/bin/sh\nexec "{python}" -m nbgrader "$@"\n')
+    shim.chmod(0o755)
+    release = json.loads((REPO / "notebooks" / "ex01" / "task1_infonce.ipynb").read_text())
+    solution = json.loads((REPO / "solutions" / "ex01" / "task1_infonce.ipynb").read_text())
+    good = student_copy(release, solution)
+    bad = json.loads(json.dumps(good))
+    for cell in bad["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "n_pair_loss":
+            cell["source"] = GRADER_VIEW_CELL
+    nbdir = copy / "notebooks" / "ex01"
+    (nbdir / "task1_infonce.ipynb").write_text(json.dumps(bad))
+    (nbdir / "good_task1.ipynb").write_text(json.dumps(good))
+    proc = subprocess.run(["./pack.sh", "validate", "notebooks/ex01/task1_infonce.ipynb", "notebooks/ex01/good_task1.ipynb"],
+                          cwd=copy, env=env, capture_output=True, text=True, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "line 2 of your cell `n_pair_loss`, `_seen = gen.initial_seed()`" in out, out[-3000:]
+    assert "test cell `test_n_pair_loss` fails" in out and "name 'gen' is not defined" in out, out[-3000:]
+    tail = proc.stdout.strip().splitlines()[-2:]
+    assert tail[0].startswith("FAILED  task1_infonce.ipynb") and tail[1].startswith("ok  good_task1.ipynb"), tail

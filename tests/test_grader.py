@@ -269,3 +269,106 @@ def test_feedback_lists_the_cases_of_a_partly_wrong_answer(batch):
     cases = status["notebooks"][STEM]["judge"]["cases"]
     failed = {c["case"] for c in cases if not c["passed"]}
     assert failed and all(c["cell"] == "test_cosine_scores" for c in cases if not c["passed"])
+
+
+# ----------------------------------------------------------------------------- issue #20: what the student ran
+def test_everyday_styles_are_graded_as_the_student_ran_them(batch):
+    """Loss modules, partial, lambdas, device, seeds and a helper in a later cell: full marks, and
+    nothing reported as not run (tests/fixtures/ran_as_run.py)."""
+    for student in ("everyday_modules", "everyday_later_helper"):
+        row = batch["grades"][student]
+        assert float(row["autograded_score"]) == pytest.approx(FULL), row["reason"]
+        assert "could not run" not in row["reason"], row["reason"]
+        judged = batch["course"].read_json("status", student)["notebooks"][STEM]["judge"]
+        assert judged["not_run"] == [], judged["not_run"]
+
+
+def test_a_slow_statement_and_a_looping_function_are_named_within_the_budget(batch):
+    """slow_top_level: the sleeping top-level line is named (cell, line, limit), the looping
+    n_pair_loss loses only its own point, and the whole notebook job stays within its bounds."""
+    status = batch["course"].read_json("status", "slow_top_level")
+    nb = status["notebooks"][STEM]
+    assert "`time.sleep(40)`" in status["reason"] and "ran past its time limit" in status["reason"], status["reason"]
+    assert "test_n_pair_loss" in status["reason"], status["reason"]
+    assert nb["seconds"] < 240, f"one notebook held a worker for {nb['seconds']} s"
+    page = (batch["course"].grading / "feedback" / "slow_top_level" / "ex01" / f"{STEM}.html").read_text()
+    assert "time.sleep(40)" in page and "could not run" in page
+
+
+def test_no_seed_or_host_path_reaches_a_page(batch):
+    """leak_seed raises exceptions that carry everything it can find in the grading process: the
+    batch's seed, the per-case seeds and the grader's host paths never reach its feedback, the CSV
+    or its status file."""
+    from grader.judge import case_runs
+
+    course = batch["course"]
+    seed = int((course.grading / "judge-seed.txt").read_text().strip())
+    secrets = {str(seed), *(str(v) for v in case_runs([seed], STEM)[0]["case_seeds"].values())}
+    page = (course.grading / "feedback" / "leak_seed" / "ex01" / f"{STEM}.html").read_text()
+    status = json.dumps(course.read_json("status", "leak_seed"))
+    row = json.dumps(batch["grades"]["leak_seed"])
+    assert "ValueError" in page, "the student's message should still be shown (scrubbed)"
+    for where, text in (("feedback", page), ("status", status), ("grades.csv", row)):
+        assert not [s for s in secrets if s in text], f"{where} shows a grading seed"
+        assert "las-autograde" not in text and str(course.grading) not in text, f"{where} shows a host path"
+
+
+# ----------------------------------------------------------------------------- the grader's own pages and processes
+def _page_text(page: str) -> str:
+    import html
+    import re
+
+    return html.unescape(re.sub(r"<[^>]+>", "", page))
+
+
+def test_feedback_runs_no_student_html_or_javascript(batch):
+    """active_content: <script>, onerror, javascript: URLs, iframes... in its written answer, and
+    display(Javascript(...)), display(HTML('<script>...')) outputs: every page holds no active student
+    content (the template's MathJax aside), and what is honest in them is still shown."""
+    from test_feedback_safety import active_content
+
+    course = batch["course"]
+    pages = sorted(course.grading.glob(f"feedback/*/ex01/{STEM}.html"))
+    assert pages
+    for page in pages:
+        assert active_content(page.read_text()) == [], page
+    page = (course.grading / "feedback" / "active_content" / "ex01" / f"{STEM}.html").read_text()
+    assert "<b>html shown</b>" in page and "cdnjs.cloudflare.com/ajax/libs/mathjax" in page
+    text = _page_text(page)
+    assert "My answer: InfoNCE is cross-entropy" in text and "Javascript object" in text
+    assert "checks passed" in text
+
+
+def test_an_nbformat_3_notebook_is_upgraded_and_graded(batch):
+    row = batch["grades"]["nbformat3"]
+    assert "nbformat 3" in row["reason"] and "upgraded" in row["reason"], row["reason"]
+    assert (batch["course"].grading / "feedback" / "nbformat3" / "ex01" / f"{STEM}.html").exists()
+
+
+def test_the_audit_bomb_is_audited_within_its_caps(batch):
+    """audit_bomb: 11 kB of nested joins inside __import__ (once 5 GiB and 43 s in the grader's own
+    process): the audit finishes, flags the __import__, and the functions keep their points."""
+    status = batch["course"].read_json("status", "audit_bomb")
+    assert "import machinery" in status["reason"] and "could not finish" not in status["reason"], status["reason"]
+    assert status["notebooks"][STEM]["seconds"] < 240
+
+
+@pytest.mark.parametrize("student", ["os_exit", "ignores_interrupt"])
+def test_a_failed_full_run_still_gets_feedback(batch, student):
+    """No executed notebook (kernel died, timed out): the page is built from the submitted notebook,
+    with the judge's report under each test cell and a note that says why it could not be run."""
+    course = batch["course"]
+    assert not (course.folder("autograded", student) / f"{STEM}.ipynb").exists()
+    status = course.read_json("status", student)["notebooks"][STEM]
+    text = _page_text((course.grading / "feedback" / student / "ex01" / f"{STEM}.html").read_text())
+    assert "could not be run to the end" in text and f"({status['status']}:" in text
+    assert text.count("checks passed") == 5 and "[PASS]" in text
+
+
+def test_every_graded_notebook_gets_a_feedback_page(batch):
+    course = batch["course"]
+    for student, row in batch["grades"].items():
+        status = course.read_json("status", student).get("notebooks", {}).get(STEM) or {}
+        if status.get("judge"):
+            assert (course.grading / "feedback" / student / "ex01" / f"{STEM}.html").exists(), \
+                f"{student} ({row['status']}): no feedback page; {batch['runs']['feedback'].stdout[-2000:]}"

@@ -835,3 +835,89 @@ def test_locked_cells_as_released_are_not_audited_but_edited_ones_are(tmp_path):
     flagged = NotebookResult("student", "task1_infonce")
     _audit(edited, "task1_infonce", flagged, release_path)
     assert flagged.status == "review" and any("ctypes" in a for a in flagged.audit), flagged.audit
+
+
+# ----------------------------------------------------------------------------- bounded cost
+def _join_bomb(items: int, depth: int = 8) -> str:
+    """Nested ``"A".join([...]).join([...])`` inside ``__import__``: each join's result is the next one's
+    separator, so folding it naively builds a string of about ``items ** depth`` characters."""
+    expr = '"A"'
+    for _ in range(depth):
+        expr += ".join([" + ", ".join(['"A"'] * items) + "])"
+    return f"import os\n_m = __import__({expr})\n"
+
+
+def _audit_in_child(source: str, mem_bytes: int = 1024 ** 3) -> list:
+    """audit_source in a child process under an address-space cap: a regression fails this test
+    with a MemoryError instead of taking the machine's memory."""
+    import resource
+    import subprocess
+    import sys
+
+    from grader import ROOT
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
+
+    code = ("import json, sys\nfrom grader.audit import audit_source\n"
+            "print(json.dumps([(f.line, f.what) for f in audit_source(sys.stdin.read())]))")
+    proc = subprocess.run([sys.executable, "-c", code], input=source, capture_output=True, text=True, timeout=60,
+                          cwd=ROOT, preexec_fn=cap)
+    assert proc.returncode == 0, proc.stderr[-1000:]
+    return [tuple(f) for f in json.loads(proc.stdout)]
+
+
+@pytest.mark.parametrize("items, size", [(275, 11_000), (1500, 60_000)])
+def test_nested_joins_fold_in_bounded_memory_and_time(items, size):
+    """An 11 kB cell of this took the grader to 5 GiB and 43 s: the fold now gives up past FOLD_CHARS
+    (before building the string), and the __import__ of a name it cannot fold is still flagged."""
+    source = _join_bomb(items)
+    assert abs(len(source) - size) < 1_000
+    start = time.monotonic()
+    assert _audit_in_child(source, 512 * 1024 ** 2) == [(2, "import machinery")]
+    assert time.monotonic() - start < 10
+
+
+def test_folding_still_sees_through_short_joins():
+    source = 'import os\nf = getattr(os, "_e" + "".join(["x", "i", "t"]))\nname = "gra" + "".join(["d", "er"])\n'
+    assert [(f.line, f.what) for f in audit_source(source)] == [(2, "process control"), (3, "grader reference")]
+    long = '"x" * 3\nname = "".join(["a"] * 2)\nbig = "-".join(["%s"] + ["ab"] * 4000)\nprint(big)\n'
+    assert audit_source(long) == []
+
+
+def test_the_grader_runs_the_audit_in_a_child_process_with_the_same_findings():
+    """run_audit (what autograde calls) reports exactly what audit_notebook reports in-process."""
+    from grader.autograde import run_audit
+
+    cells = [_code(textwrap.dedent(snippet), f"c{i}") if i % 2 else _code(textwrap.dedent(snippet))
+             for i, (snippet, _, _) in enumerate(HOSTILE[:60])]
+    nb = _nb(_markdown("text"), *cells, {"cell_type": "code"}, "not a cell")
+    expected = audit_notebook(nb)
+    assert len(expected) > 50
+    assert run_audit(nb, None) == expected
+    answer_ids = {f"c{i}" for i in range(1, 30, 2)}
+    assert run_audit(nb, answer_ids) == audit_notebook(nb, answer_ids)
+
+
+def test_an_audit_past_its_caps_marks_the_notebook_for_review():
+    """Past the time or memory cap the child is stopped, the notebook is `review` with a reason that
+    says the audit could not finish, and the grader goes on."""
+    from grader.autograde import NotebookResult, _audit
+
+    slow = _nb(*[_code("x = [" + "1, " * 150_000 + "]\n") for _ in range(6)])      # a few seconds of parsing
+    result = NotebookResult("student", "task1_infonce")
+    start = time.monotonic()
+    _audit(slow, "task1_infonce", result, timeout=0.5)
+    assert time.monotonic() - start < 5
+    assert result.status == "review" and "could not finish" in result.reasons[0], result.reasons
+    assert "0.5 s" in result.reasons[0] and "by hand" in result.reasons[0]
+
+    huge = _nb(_code("# " + "x" * 40_000_000))          # 40 MB of code: reading it needs more than 64 MiB
+    result = NotebookResult("student", "task1_infonce")
+    _audit(huge, "task1_infonce", result, mem_bytes=64 * 1024 ** 2)
+    assert result.status == "review" and "could not finish" in result.reasons[0], result.reasons
+    assert "64 MiB" in result.reasons[0]
+
+    tampered = NotebookResult("student", "task1_infonce", status="tampered")
+    _audit(slow, "task1_infonce", tampered, timeout=0.5)
+    assert tampered.status == "tampered" and "could not finish" in tampered.reasons[0]

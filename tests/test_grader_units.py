@@ -73,6 +73,43 @@ def test_prepare_dedupes_and_flags_tampering(notebooks, tmp_path):
     assert len(cell_ids) == len(set(cell_ids))
 
 
+def _as_nbformat3(nb: dict) -> str:
+    """``nb`` as an old Jupyter (nbformat 3: worksheets, ``input`` instead of ``source``, no cell ids) saved it."""
+    import nbformat
+
+    return nbformat.writes(nbformat.convert(nbformat.reads(json.dumps(nb), as_version=4), 3), version=3)
+
+
+def test_prepare_upgrades_an_nbformat_3_notebook(notebooks, tmp_path):
+    """A correct answer saved by an old Jupyter was `unreadable` (0 points): it is upgraded losslessly,
+    the reasons say so, and grading sees the same cells as in the nbformat 4 copy."""
+    import nbformat
+
+    from grader.submissions import prepare
+
+    release, solution = notebooks
+    good = student_copy(release, solution)
+    v3 = tmp_path / "v3.ipynb"
+    v3.write_text(_as_nbformat3(good))
+    raw = json.loads(v3.read_text())
+    assert raw["nbformat"] == 3 and "cells" not in raw and raw["worksheets"][0]["cells"]
+    prep = prepare(v3, RELEASE / f"{STEM}.ipynb")
+    ref = prepare(_save(good, tmp_path / "v4.ipynb"), RELEASE / f"{STEM}.ipynb")
+
+    def cells(nb):
+        return [(c["cell_type"], "".join(c["source"]), (c.get("metadata") or {}).get("nbgrader"))
+                for c in nb["cells"]]
+
+    assert cells(prep.notebook) == cells(ref.notebook)
+    assert prep.tampered == [] and any("nbformat 3" in n and "upgraded" in n for n in prep.notes), prep.notes
+    assert prep.notebook["nbformat"] == 4
+    released_ids = {_gid(c): c["id"] for c in release["cells"] if _gid(c)}
+    assert all(c["id"] == released_ids[_gid(c)] for c in prep.notebook["cells"] if _gid(c))
+    ids = [c["id"] for c in prep.notebook["cells"]]
+    assert len(ids) == len(set(ids)) and ids == [c["id"] for c in prepare(v3, RELEASE / f"{STEM}.ipynb").notebook["cells"]]
+    nbformat.validate(nbformat.from_dict(prep.notebook))
+
+
 @pytest.mark.parametrize("content,why", [(b"{not json", "not a valid notebook"), (b"", "not a valid notebook"),
                                          (b'{"cells": 3, "nbformat": 4}', None)])
 def test_prepare_rejects_broken_files(tmp_path, content, why):

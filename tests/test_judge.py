@@ -61,6 +61,7 @@ def test_solution_mutants_and_release_over_the_seeds(stem, tmp_path):
     for seed in SEEDS:
         v = verdicts[("solution", seed)]
         assert v.score == pytest.approx(full), f"seed {seed}: solution lost {[c for c in v.cases if not c.passed]}"
+        assert v.dropped == [], f"seed {seed}: the judge could not run lines of the solution: {v.dropped}"
         r = verdicts[("release", seed)]
         assert r.score == 0 and not any(c.passed for c in r.cases), \
             f"seed {seed}: the release stub passes {[c.name for c in r.cases if c.passed]}"
@@ -78,7 +79,7 @@ def test_solution_mutants_and_release_over_the_seeds(stem, tmp_path):
 def test_honest_variants_get_full_marks(stem, tmp_path):
     release, solution = _load(stem)
     base = student_copy(release, solution)
-    variants = {f"{h.cell}: {h.name}": honest.with_answer(base, h.cell, h.source) for h in honest.load(stem)}
+    variants = {f"{h.cell}: {h.name}": honest.apply(base, h) for h in honest.load(stem)}
     seeds = [0, 7, 123]
     verdicts = sweep(stem, release, solution, variants, seeds, workroot=tmp_path)
     lost = []
@@ -86,3 +87,20 @@ def test_honest_variants_get_full_marks(stem, tmp_path):
         if v.score < v.max_score - 1e-9:
             lost.append(f"{name} (seed {seed}): " + "; ".join(f"{c.says}: {c.message}" for c in v.cases if not c.passed))
     assert not lost, "honest variants lost points:\n" + "\n".join(lost)
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_the_release_loads_without_a_problem(stem, tmp_path):
+    """The release's own setup and given cells load in the judge without an error for everyone (their
+    experiments' values are not definitions), and the solution's cells run every line."""
+    from grader.judge import by_case, notebook_cells, run_harness
+    from grader.probe import load_probes
+
+    release, solution = _load(stem)
+    first = next(iter(load_probes(stem)))
+    plan = {"stem": stem, "seed": 0, "isolate": "variant", "cases": {"s": [first]},
+            "variants": {"s": notebook_cells(release, student_copy(release, solution))}}
+    records, tail = run_harness(plan, workdir=tmp_path)
+    cases, header = by_case(records, "s")
+    assert header["given_problems"] == [], header["given_problems"]
+    assert header["not_run"] == [] and cases[first]["status"] == "ok", (header, tail[-2000:])

@@ -4,6 +4,7 @@ isolation of one case from the next, and the comparators (fast; no nbgrader)."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ import torch
 from grader import judge
 from grader.checks._common import raises, same
 from grader.evidence import EvidenceError, Opaque, Raised, TooLarge, decode, encode, raised
-from grader.probe import definitions
+from utils.answer_loader import load, statements
 
 
 # ----------------------------------------------------------------------------- evidence
@@ -69,23 +70,85 @@ def test_malformed_evidence_is_refused(bad):
         decode(bad)
 
 
-# ----------------------------------------------------------------------------- definitions only
-def test_definitions_keep_defs_and_drop_top_level_code():
-    src = ("import math\nfrom torch import nn\nEPS = 1e-8\nLOG2 = math.log(2)\n"
-           "def f(x):\n    return x\nclass A:\n    pass\n"
-           "f(3)\nprint('hi')\n_big = np.ones((40_000, 40_000))\nfor i in range(3):\n    pass\n"
-           "get_ipython().events.register('pre_run_cell', f)\n%timeit f(1)\n!ls\n")
-    code, notes = definitions(src, "answer")
-    kept_lines = [line for _, line in code]
-    assert kept_lines == [1, 2, 3, 4, 5, 7]
-    joined = " ".join(notes)
-    assert "line 11" in joined and "line 12" in joined and "line 14" in joined and "line 9" in joined
-    assert "line 10" not in joined, "a print is not worth a note"
+# ----------------------------------------------------------------------------- the loader
+EVERYDAY = """import math
+from functools import partial
+ce = nn.CrossEntropyLoss()
+lse = partial(torch.logsumexp, dim=1)
+normalize = lambda x: F.normalize(x, dim=-1)
+TABLE = {}
+for i in range(3):
+    TABLE[i] = i * i
+N = 0
+N += 1
+if torch.cuda.is_available():
+    def where():
+        return "cuda"
+else:
+    def where():
+        return "cpu"
+bad = 1 / 0
+print("hi")
+%timeit where()
+!ls
+def f(x):
+    return ce(x, torch.zeros(x.shape[0], dtype=torch.long)) + lse(x).sum() * 0 + TABLE[2] * 0 + N * 0
+"""
 
 
-def test_definitions_of_unparseable_code():
-    code, notes = definitions("def f(:\n", "answer")
-    assert code == [] and "does not parse" in notes[0]
+def test_the_loader_runs_every_statement_as_the_student_ran_it():
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    names = {"torch": torch, "nn": nn, "F": F, "__name__": "__main__"}
+    report = load([{"id": "answer", "role": "answer", "source": EVERYDAY}], names)
+    assert names["TABLE"] == {0: 0, 1: 1, 2: 4} and names["N"] == 1 and names["where"]() == "cpu"
+    assert float(names["f"](torch.zeros(2, 3))) == pytest.approx(math.log(3))
+    assert [e["line"] for e in report.not_run] == [17], report.not_run
+    entry = report.not_run[0]
+    assert entry["binds"] == ["bad"] and "ZeroDivisionError" in entry["why"] and entry["text"] == "bad = 1 / 0"
+
+
+def test_statements_of_unparseable_and_foreign_cells():
+    stmts, problem = statements("def f(:\n", "answer")
+    assert stmts == [] and "does not parse" in problem and "line 1" in problem
+    stmts, problem = statements("%%bash\nls\n", "answer")
+    assert stmts == [] and "%%bash" in problem
+    stmts, problem = statements("%%time\nx = 1\n", "answer")
+    assert problem == "" and [s.binds for s in stmts] == [("x",)]
+
+
+def test_a_hung_statement_is_skipped_and_named_and_the_rest_is_graded(tmp_path):
+    """A top-level statement that swallows the interrupt is killed by the harness; a fresh loader
+    goes on without it, the functions after it are graded, and a function that needs what it would
+    have defined fails with a message naming its line."""
+    release = json.loads((judge.ROOT / "notebooks" / "ex01" / "task1_infonce.ipynb").read_text())
+    solution = json.loads((judge.ROOT / "solutions" / "ex01" / "task1_infonce.ipynb").read_text())
+    from grader.mutants import student_copy
+
+    nb = student_copy(release, solution)
+    for cell in nb["cells"]:
+        if (cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id") == "info_nce_loss":
+            cell["source"] = ("import time\nwhile True:\n    try:\n        time.sleep(1)\n    except BaseException:\n"
+                              "        pass\nce = nn.CrossEntropyLoss()\n" + SLOW_TAIL)
+    plan = {"stem": "task1_infonce", "seed": 3, "isolate": "case", "case_timeout": 10, "statement_seconds": 2,
+            "load_seconds": 20, "budget": 60,
+            "cases": {"s": ["info_nce_uniform", "nce_values"]}, "variants": {"s": judge.notebook_cells(release, nb)}}
+    records, tail = judge.run_harness(plan, workdir=tmp_path)
+    assert not judge.void_problem(records), tail
+    cases, header = judge.by_case(records, "s")
+    hung = [e for e in header["not_run"] if e["kind"] == "timeout"]
+    assert [(e["line"], e["cell"]) for e in hung] == [(2, "info_nce_loss")], header["not_run"]
+    assert header["restarts"] == 1
+    assert cases["nce_values"]["status"] == "ok"   # the next cell's function is graded
+    assert cases["info_nce_uniform"]["status"] == "ok"   # ce was defined after the hung loop
+
+
+SLOW_TAIL = """
+def info_nce_loss(scores, positive_index=0):
+    return ce(scores, torch.as_tensor(positive_index).long().expand(scores.shape[0]))
+"""
 
 
 # ----------------------------------------------------------------------------- comparators
@@ -140,7 +203,7 @@ def test_harness_isolates_cases_and_its_channel(tmp_path):
             cell["source"] = HOSTILE_ANSWER
         elif gid == "nce_loss":
             cell["source"] = LOOPING_ANSWER
-    plan = {"stem": "task1_infonce", "seed": 5, "isolate": "case", "case_timeout": 3,
+    plan = {"stem": "task1_infonce", "seed": 5, "isolate": "case", "case_timeout": 3, "budget": 60,
             "cases": {"s": ["info_nce_column0", "info_nce_rejects_1d", "nce_values", "info_nce_uniform"]},
             "variants": {"s": judge.notebook_cells(release, nb)}}
     records, _ = judge.run_harness(plan, workdir=tmp_path)
@@ -258,3 +321,57 @@ def test_forged_records_never_score(tmp_path):
             assert rec.get("status") != "ok" or "raised" in rec.get("value", {}), f"{mode}: forged {name}: {rec}"
         if mode == "bwrap":
             assert not judge.void_problem(records), f"the sandbox let a forged record through: {tail[-500:]}"
+
+
+def test_exception_identity_is_decided_by_the_real_class():
+    """A class of the student's named ValueError (even one whose metaclass rewrites its mro) is not
+    Python's ValueError; a real subclass of ValueError is one."""
+    class Meta(type):
+        def mro(cls):
+            return [cls, RuntimeError, Exception, BaseException, object]
+
+    FakeValueError = Meta("ValueError", (RuntimeError,), {})
+    fake = raised(FakeValueError("no"))
+    assert not fake.is_a("ValueError") and fake.is_a("RuntimeError") and "your own" in fake.type
+
+    class Plain(RuntimeError):
+        pass
+
+    Plain.__name__ = "ValueError"
+    assert not raised(Plain("x")).is_a("ValueError")
+
+    class ShapeError(ValueError):
+        pass
+
+    real = raised(ShapeError("bad shape"))
+    assert real.is_a("ValueError") and real.type == "ShapeError"
+    assert raised(ValueError("v")).type == "ValueError" and raised(ValueError("v")).is_a("ValueError", "Exception")
+    back = decode(encode(real))
+    assert back.is_a("ValueError")
+
+
+def test_student_messages_are_scrubbed_of_paths_and_seeds():
+    text = "failed at /tmp/las-autograde-x1/alice-task1/judge/plan.json with seed 1234567 " + "x" * 900
+    out = judge.scrub(text, ("1234567",), 300)
+    assert "/tmp/las-autograde" not in out and "1234567" not in out and len(out) <= 300
+    assert ".../plan.json" in out
+
+
+def test_cases_forked_after_multithreaded_top_level_torch_code_do_not_hang(tmp_path):
+    """A student's top-level torch code that runs on several threads starts an OpenMP pool in the
+    loader; a case forked from it must not hang on that pool (each forked process uses one thread)."""
+    release = json.loads((judge.ROOT / "notebooks" / "ex01" / "task1_infonce.ipynb").read_text())
+    solution = json.loads((judge.ROOT / "solutions" / "ex01" / "task1_infonce.ipynb").read_text())
+    from grader.mutants import student_copy
+
+    nb = student_copy(release, solution)
+    for cell in nb["cells"]:
+        if (cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id") == "info_nce_loss":
+            cell["source"] = ("torch.set_num_threads(2)\n_warm = (torch.randn(1500, 1500) @ torch.randn(1500, 1500)).sum()\n"
+                              "_warm = torch.randn(4_000_000).exp().sum()\n" + "".join(cell["source"]))
+    plan = {"stem": "task1_infonce", "seed": 1, "isolate": "case", "case_timeout": 15, "budget": 90,
+            "cases": {"s": ["info_nce_uniform", "info_nce_column0"]}, "variants": {"s": judge.notebook_cells(release, nb)}}
+    records, tail = judge.run_harness(plan, workdir=tmp_path, threads=2)
+    cases, header = judge.by_case(records, "s")
+    assert header["not_run"] == [], header["not_run"]
+    assert {k: v["status"] for k, v in cases.items()} == {"info_nce_uniform": "ok", "info_nce_column0": "ok"}, tail

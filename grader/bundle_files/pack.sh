@@ -2,7 +2,7 @@
 # The student's commands (see README.md):
 #   ./pack.sh env                  create .venv/ (pinned packages from requirements.txt) -- once
 #   ./pack.sh lab                  open JupyterLab on notebooks/{{ASSIGNMENT}}/
-#   ./pack.sh validate             nbgrader's check of your notebooks before you submit
+#   ./pack.sh validate             before you submit: nbgrader's check, then the grader's view of your code
 #   ./pack.sh run [smoke|cpu|gpu]  execute your notebooks end to end into build/notebooks/
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -35,7 +35,14 @@ case "$cmd" in
     lab)      ensure_env; exec "$VENV/bin/jupyter" lab notebooks/{{ASSIGNMENT}} "$@" ;;
     validate) ensure_env
               if [ $# -eq 0 ]; then set -- notebooks/{{ASSIGNMENT}}/*.ipynb; fi
-              exec "$VENV/bin/nbgrader" validate "$@" ;;
+              status=0
+              # 1. nbgrader's check: every cell runs, the visible tests pass (in your own kernel)
+              "$VENV/bin/nbgrader" validate "$@" || status=1
+              # 2. the grader's view: your cells loaded as the grader loads them (every line, in order,
+              #    30 s each); names every line it could not run and every visible test that then fails
+              echo "== the grader's view of your notebooks =="
+              "$VENV/bin/python" -m utils.answer_loader "$@" || status=1
+              exit $status ;;
     run)      ensure_env; exec "$VENV/bin/python" -m utils.run_notebooks --notebooks notebooks/{{ASSIGNMENT}} "$@" ;;
     *)        echo "usage: ./pack.sh env | lab | validate [NOTEBOOK ...] | run [smoke|cpu|gpu]" >&2; exit 2 ;;
 esac

@@ -292,7 +292,25 @@ def check_generator(got, ref) -> None:
         raise AssertionError("two generators with the same seed give different estimates: draw the masks with "
                              "the `generator` argument (torch.randperm(D, generator=generator))")
     if a == c:
-        raise AssertionError("generators with different seeds give identical estimates: are the masks random?")
+        raise AssertionError("generators with different seeds give identical estimates: draw the masks with the "
+                             "given `generator`, not with a generator of your own seeded with a fixed number")
+
+
+def check_global_state(got, ref) -> None:
+    """The call returned (estimate, standard_error) and left the global random states of torch, NumPy and
+    Python as they were: every mask was drawn with the given generator."""
+    if not isinstance(got, dict) or not {"result", "before", "after"} <= set(got):
+        raise AssertionError(f"it {_describe(got)}")
+    _estimate_pair(got["result"], "the call")
+    before, after = got["before"], got["after"]
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        raise AssertionError("the global random states could not be read back")
+    names = {"torch": "torch's global random state (torch.randperm without generator=)",
+             "numpy": "NumPy's global random state (np.random)", "random": "Python's global random state"}
+    moved = [what for key, what in names.items() if before.get(key) is None or before.get(key) != after.get(key)]
+    if moved:
+        raise AssertionError(f"the call drew from {' and '.join(moved)}: draw the masks with the `generator` "
+                             "argument (torch.randperm(D, generator=generator))")
 
 
 def check_objective_estimate(got, ref) -> None:
@@ -338,6 +356,10 @@ def check_objective_standard_error(got, ref, low: float = 0.7, high: float = 1.4
 # ----------------------------------------------------------------------------------------------
 # The cases
 # ----------------------------------------------------------------------------------------------
+# What each comparator checks about the draws of a function that takes a generator
+# (tests/test_judge_gates.py).
+check_generator.draws = ("same seed", "other seed")
+check_global_state.draws = ("global state",)
 
 CASES = [
     # ppca_log_marginal: 2 points
@@ -347,7 +369,7 @@ CASES = [
     Case("test_ppca_log_marginal", "lm_single", "a single x (D,) gives a 0-d tensor", check_single_log_marginal),
     Case("test_ppca_log_marginal", "lm_gradient", "gradients reach W, mu and sigma2 (everything in torch)", GRAD),
     Case("test_ppca_log_marginal", "lm_rejects_shapes", "a ValueError when W, mu and x disagree in shape",
-         raises("ValueError")),
+         raises("ValueError"), requires=("lm_batch", "lm_single")),
     # gaussian_conditional: 3 points
     Case("test_gaussian_conditional", "gc_values",
          "mean mu_M + S_MR S_RR^-1 (x_R - mu_R) and Schur-complement covariance S_MM - S_MR S_RR^-1 S_RM, "
@@ -357,9 +379,9 @@ CASES = [
     Case("test_gaussian_conditional", "gc_all_masked", "R empty (everything masked): the marginal N(mu_M, S_MM)",
          check_conditional),
     Case("test_gaussian_conditional", "gc_rejects_shapes", "a ValueError for inconsistent shapes",
-         raises("ValueError")),
+         raises("ValueError"), requires=("gc_values", "gc_order")),
     Case("test_gaussian_conditional", "gc_rejects_indices", "a ValueError for indices out of range or repeated",
-         raises("ValueError")),
+         raises("ValueError"), requires=("gc_values", "gc_order")),
     # masked_score: 3 points
     Case("test_masked_score", "ms_estimate",
          "S(x; m) estimated by (1/m) sum_{j in M} log p(x_j | x_R) over uniform masks of size m (within 4 "
@@ -374,11 +396,32 @@ CASES = [
     Case("test_masked_score", "ms_gradient", "the estimate stays differentiable in W, mu and sigma2", GRAD),
     Case("test_masked_score", "ms_generator", "masks drawn with `generator`: the same seed reproduces the estimate",
          check_generator),
-    Case("test_masked_score", "ms_rejects_m", "a ValueError unless 1 <= m <= D", raises("ValueError")),
+    Case("test_masked_score", "ms_global_state",
+         "masks drawn with `generator` (torch.randperm(D, generator=generator)): the global random state is left "
+         "alone", check_global_state, requires=("ms_estimate", "ms_batch")),
+    Case("test_masked_score", "ms_rejects_m", "a ValueError unless 1 <= m <= D", raises("ValueError"),
+         requires=("ms_estimate", "ms_batch")),
     # masked_pretraining_objective: 2 points
     Case("test_masked_pretraining_objective", "mo_estimate",
          "Proposition 1: sum over m = 1..D of S(x; m) lands within three standard errors of log p(x)",
          check_objective_estimate, weight=2),
     Case("test_masked_pretraining_objective", "mo_standard_error",
          "standard error of the sum = sqrt(sum_m SE_m^2), two 0-d tensors", check_objective_standard_error),
+    Case("test_masked_pretraining_objective", "mo_generator",
+         "your estimates of (d), masks drawn with `generator`: the same seed reproduces the sum, another seed "
+         "gives another", check_generator),
+    Case("test_masked_pretraining_objective", "mo_global_state",
+         "your estimates of (d), masks drawn with `generator`: the global random state is left alone",
+         check_global_state, requires=("mo_estimate", "mo_standard_error")),
 ]
+
+# The function each probe exercises: a case that expects an error scores only once value cases of the SAME
+# function pass (its ``requires``; tests/test_judge_gates.py checks the table).
+FUNCTIONS = {
+    "ppca_log_marginal": ("lm_batch", "lm_single", "lm_gradient", "lm_rejects_shapes"),
+    "gaussian_conditional": ("gc_values", "gc_order", "gc_single", "gc_all_masked", "gc_rejects_shapes",
+                             "gc_rejects_indices"),
+    "masked_score": ("ms_estimate", "ms_standard_error", "ms_batch", "ms_full_mask", "ms_gradient", "ms_generator",
+                     "ms_global_state", "ms_rejects_m"),
+    "masked_pretraining_objective": ("mo_estimate", "mo_standard_error", "mo_generator", "mo_global_state"),
+}

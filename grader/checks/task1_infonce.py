@@ -2,8 +2,9 @@
 
 Each case names a probe of grader/probes/task1_infonce.py and says, in the words of the task text,
 what it checks; the solution's value from the same probe is the expected one. A case that expects
-an error scores only once a value case of the same function passes (``requires``). Every requirement
-here is written in the notebook above the answer cell (what to raise and when, dtypes, stability).
+an error scores only once two value cases of the same function pass (``requires``; never the trivial
+equal-scores case alone). Every requirement here is written in the notebook above the answer cell
+(what to raise and when, dtypes, stability).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ STABLE64 = same(rtol=1e-9, atol=1e-9)
 
 CASES = [
     # info_nce_loss: 3 points
-    Case("test_info_nce_loss", "info_nce_uniform", "equal scores give log(K+1)", LOSS),
+    # equal scores are the one trivial input: that case too scores only next to real values
+    Case("test_info_nce_loss", "info_nce_uniform", "equal scores give log(K+1)", LOSS,
+         requires=("info_nce_column0", "info_nce_float64_stable")),
     Case("test_info_nce_loss", "info_nce_column0", "mean InfoNCE with the positive in column 0 (0-dim, dtype kept)",
          LOSS, weight=2),
     Case("test_info_nce_loss", "info_nce_positive_index", "positive_index as an int64 tensor [B] or an int", LOSS,
@@ -26,34 +29,54 @@ CASES = [
          "float64 scores near 1000 give a finite float64 loss (stable log-sum-exp)", STABLE64),
     Case("test_info_nce_loss", "info_nce_gradient", "differentiable: the gradient a training step needs",
          same(rtol=1e-4, atol=1e-6)),
-    Case("test_info_nce_loss", "info_nce_rejects_1d", "a ValueError for scores that are not 2-D", raises("ValueError")),
+    Case("test_info_nce_loss", "info_nce_rejects_1d", "a ValueError for scores that are not 2-D", raises("ValueError"),
+         requires=("info_nce_column0", "info_nce_float64_stable")),
     # nce_loss: 3 points
     Case("test_nce_loss", "nce_values", "mean NCE loss with the log K shift (0-dim, dtype kept)", LOSS, weight=3),
     Case("test_nce_loss", "nce_float64_stable", "float64 scores of size 80 stay finite and exact (F.logsigmoid)",
          STABLE64),
     Case("test_nce_loss", "nce_rejects_no_negative", "a ValueError when there is no negative (K = 0)",
-         raises("ValueError")),
+         raises("ValueError"), requires=("nce_values", "nce_float64_stable")),
     # cosine_scores: 2 points
     Case("test_cosine_scores", "cosine_values", "cosine similarity over the temperature, shape [B, K+1]",
          same(rtol=1e-4, atol=1e-5), weight=2),
     Case("test_cosine_scores", "cosine_scale_invariant", "scores do not depend on the vectors' norms",
          same(rtol=1e-4, atol=1e-5)),
     Case("test_cosine_scores", "cosine_rejects_batch_mismatch",
-         "a ValueError when anchors and candidates disagree in B", raises("ValueError")),
+         "a ValueError when anchors and candidates disagree in B", raises("ValueError"),
+         requires=("cosine_values", "cosine_scale_invariant")),
     Case("test_cosine_scores", "cosine_rejects_bad_temperature", "a ValueError for a temperature <= 0",
-         raises("ValueError")),
+         raises("ValueError"), requires=("cosine_values", "cosine_scale_invariant")),
     # gaussian_mutual_information and infonce_mi_lower_bound: 2 points
     Case("test_mi_functions", "gaussian_mi_values", "I(X;Y) = -d/2 log(1 - rho^2)",
          same(rtol=1e-9, atol=1e-12, numbers="any"), weight=2),
+    Case("test_mi_functions", "gaussian_mi_negative_rho",
+         "I(X;Y) = -d/2 log(1 - rho^2) for negative rho, many coordinates and |rho| near 1",
+         same(rtol=1e-9, atol=1e-12, numbers="any")),
     Case("test_mi_functions", "gaussian_mi_rejects_rho_one", "a ValueError for |rho| >= 1", raises("ValueError"),
-         requires=("gaussian_mi_values",)),
+         requires=("gaussian_mi_values", "gaussian_mi_negative_rho")),
     Case("test_mi_functions", "mi_bound_values", "log(K+1) - L from the mean loss",
          same(rtol=1e-6, atol=1e-6, numbers="any"), weight=2),
+    Case("test_mi_functions", "mi_bound_float64", "log(K+1) - L from a float64 mean (0-dim) loss and large K",
+         same(rtol=1e-9, atol=1e-9, numbers="any")),
     Case("test_mi_functions", "mi_bound_rejects_per_sample", "a ValueError for per-sample losses (not 0-dim)",
-         raises("ValueError"), requires=("mi_bound_values",)),
+         raises("ValueError"), requires=("mi_bound_values", "mi_bound_float64")),
     # n_pair_loss: 1 point
     Case("test_n_pair_loss", "n_pair_values", "mean N-pair loss (0-dim, dtype kept), equal to InfoNCE", LOSS,
          weight=2),
     Case("test_n_pair_loss", "n_pair_large_gaps", "stable for score gaps of 100 (log-sum-exp)",
          same(rtol=1e-5, atol=1e-4)),
 ]
+
+# The function each probe exercises: a case that expects an error scores only once value cases of the SAME
+# function pass (its ``requires``; tests/test_judge_gates.py checks the table).
+FUNCTIONS = {
+    "info_nce_loss": ("info_nce_uniform", "info_nce_column0", "info_nce_positive_index", "info_nce_float64_stable",
+                      "info_nce_gradient", "info_nce_rejects_1d"),
+    "nce_loss": ("nce_values", "nce_float64_stable", "nce_rejects_no_negative"),
+    "cosine_scores": ("cosine_values", "cosine_scale_invariant", "cosine_rejects_batch_mismatch",
+                      "cosine_rejects_bad_temperature"),
+    "gaussian_mutual_information": ("gaussian_mi_values", "gaussian_mi_negative_rho", "gaussian_mi_rejects_rho_one"),
+    "infonce_mi_lower_bound": ("mi_bound_values", "mi_bound_float64", "mi_bound_rejects_per_sample"),
+    "n_pair_loss": ("n_pair_values", "n_pair_large_gaps"),
+}

@@ -4,7 +4,8 @@ Each case names a probe of grader/probes/task2_pseudo_likelihood.py and says, in
 text, what it checks. Deterministic functions are compared with the solution's value from the same probe
 (tolerances that accept float64 inside and batched against unbatched forward passes); the randomised
 ones (``single_index_estimate``, ``bert_mask``) are judged by properties: every value is a possible one,
-draws are uniform and rates are 80/10/10 within five standard errors, a seeded call is reproducible.
+draws are uniform and rates are 80/10/10 within five standard errors, a seeded call is reproducible,
+another seed gives other draws and the global random states (torch, NumPy, ``random``) are left alone.
 
 The reference formulas at the end (float64, one masked copy or one prefix per forward pass) are not used
 by the cases; tests/test_task2.py checks the solution against them.
@@ -154,6 +155,60 @@ def reproducible_pair(got, ref) -> None:
                              "from the given generator, not from the global random state)")
 
 
+def _tensors(x, where: str) -> list:
+    """The tensors of one call's result (a tensor, or a tuple/list of tensors), in order."""
+    if isinstance(x, Raised):
+        raise AssertionError(f"{where}: it raised {x}")
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)) and x and all(isinstance(t, torch.Tensor) for t in x):
+        return list(x)
+    raise AssertionError(f"{where}: it {_describe(x)}")
+
+
+def _like_reference(got, ref, where: str) -> list:
+    """The result's tensors, each of the reference's shape and dtype."""
+    g, r = _tensors(got, where), _tensors(ref, where)
+    if len(g) != len(r):
+        raise AssertionError(f"{where}: {len(g)} results, expected {len(r)}")
+    for i, (a, b) in enumerate(zip(g, r)):
+        _tensor(a, where if len(g) == 1 else f"{where}, result {i + 1}", b.dtype, b.shape)
+    return g
+
+
+def other_seeds_differ(got, ref) -> None:
+    """Two calls with differently seeded generators (on inputs where a coincidence is astronomically
+    unlikely) give different draws: the randomness comes from the generator, not from a fixed one."""
+    if not isinstance(got, list) or len(got) != 2:
+        raise AssertionError(f"expected 2 results, but it {_describe(got)}")
+    a, b = (_like_reference(g, r, f"call {i + 1}") for i, (g, r) in enumerate(zip(got, ref)))
+    if all(torch.equal(x, y) for x, y in zip(a, b)):
+        raise AssertionError("two generators seeded differently gave the same draws: draw from the given "
+                             "`generator`, not from a generator of your own seeded with a fixed number")
+
+
+_GLOBAL_STATES = {"torch": "torch's global random state (a draw without generator=, or a torchvision Random* "
+                           "transform, which draws from it even with p=1)",
+                  "numpy": "NumPy's global random state (np.random)",
+                  "random": "Python's global random state (the random module)"}
+
+
+def global_state_untouched(got, ref) -> None:
+    """The call succeeded (a result of the reference's shape and dtype) and left the global random
+    states of torch, NumPy and Python as they were: every draw came from the given generator."""
+    if not isinstance(got, dict) or not {"result", "before", "after"} <= set(got):
+        raise AssertionError(f"it {_describe(got)}")
+    _like_reference(got["result"], ref["result"], "the call")
+    before, after = got["before"], got["after"]
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        raise AssertionError("the global random states could not be read back")
+    moved = [what for key, what in _GLOBAL_STATES.items()
+             if before.get(key) is None or before.get(key) != after.get(key)]
+    if moved:
+        raise AssertionError(f"the call drew from {' and '.join(moved)}; draw every random number from the given "
+                             "`generator`")
+
+
 def bools(got, ref) -> None:
     """A Python bool per call, equal to the solution's (or the same kind of exception)."""
     if not isinstance(got, list) or len(got) != len(ref):
@@ -279,6 +334,12 @@ TABLE = same(rtol=1e-4, atol=1e-4)
 PLL = same(rtol=1e-4, atol=1e-3)
 EXACT = same(rtol=0.0, atol=0.0)
 
+# What each comparator checks about the draws of a function that takes a generator
+# (tests/test_judge_gates.py).
+reproducible_pair.draws = ("same seed",)
+other_seeds_differ.draws = ("other seed",)
+global_state_untouched.draws = ("global state",)
+
 CASES = [
     # mlm_loss: 3 points
     Case("test_mlm_loss", "mlm_loss_one_mask", "-sum over t in M of log_probs[t, x_t], a 0-dim tensor for a [T] mask",
@@ -289,15 +350,17 @@ CASES = [
     Case("test_mlm_loss", "mlm_loss_unselected_inf", "an unselected position contributes exactly zero, even at -inf",
          LOSS),
     Case("test_mlm_loss", "mlm_loss_rejects_shapes", "a ValueError when the shapes do not fit together",
-         raises("ValueError")),
+         raises("ValueError"), requires=("mlm_loss_one_mask", "mlm_loss_many_masks")),
     # masked_copies: 1 point
     Case("test_masked_copies", "masked_copies_values",
-         "int64 [P, T]: row k is input_ids with positions[k] set to the mask id (repeats allowed)", EXACT, weight=3),
+         "int64 [P, T]: row k is input_ids with positions[k] set to the mask id (repeats allowed)", EXACT, weight=2),
+    Case("test_masked_copies", "masked_copies_permutation",
+         "copy k replaces positions[k] by the mask token, for positions in any order (a permutation)", EXACT),
     Case("test_masked_copies", "masked_copies_input_unchanged", "input_ids is left unchanged", EXACT),
     Case("test_masked_copies", "masked_copies_rejects_2d", "a ValueError for an input that is not 1-D",
-         raises("ValueError")),
+         raises("ValueError"), requires=("masked_copies_values", "masked_copies_permutation")),
     Case("test_masked_copies", "masked_copies_rejects_out_of_range", "a ValueError for a position outside [0, T)",
-         raises("ValueError")),
+         raises("ValueError"), requires=("masked_copies_values", "masked_copies_permutation")),
     # conditional_log_probs: 3 points
     Case("test_conditional_log_probs", "conditional_all_positions",
          "float32 [T, V]: row t is the log-softmax at position t of the copy with t masked", TABLE, weight=2),
@@ -314,9 +377,11 @@ CASES = [
     Case("test_pseudo_log_likelihood", "pll_batches", "masked copies evaluated in batches of batch_size",
          batched_passes),
     Case("test_pseudo_log_likelihood", "pppl_values", "pseudo_perplexity = exp(-PLL / T) as a Python float",
-         python_float(), weight=2),
+         python_float()),
+    Case("test_pseudo_log_likelihood", "pppl_tensor",
+         "pseudo_perplexity of a PLL given as a 0-dim tensor, a Python float", python_float()),
     Case("test_pseudo_log_likelihood", "pppl_rejects_no_tokens", "pseudo_perplexity: a ValueError unless num_tokens > 0",
-         raises("ValueError")),
+         raises("ValueError"), requires=("pppl_values", "pppl_tensor")),
     # single_index_estimate: 3 points
     Case("test_single_index_estimate", "single_index_values",
          "float32 [num_samples] of T * (-log p(x_U | x without U))", possible_estimates, weight=2),
@@ -328,6 +393,11 @@ CASES = [
          passes_per_call),
     Case("test_single_index_estimate", "single_index_generator", "U drawn with the given generator (reproducible)",
          reproducible_pair),
+    Case("test_single_index_estimate", "single_index_seeds_differ",
+         "U drawn with the given generator: another seed gives other draws", other_seeds_differ),
+    Case("test_single_index_estimate", "single_index_global_state",
+         "U drawn with the given generator: the global random state is left alone", global_state_untouched,
+         requires=("single_index_values", "single_index_given_positions")),
     # causal_log_probs / perplexity: 3 points
     Case("test_causal_log_probs", "causal_no_context",
          "float32 [T - 1]: log p(x_t | x_<t) from the logits shifted by one", TABLE, weight=2),
@@ -337,11 +407,13 @@ CASES = [
     Case("test_causal_log_probs", "causal_no_grad", "computed under torch.no_grad() (no autograd graph)",
          is_false("the result requires grad: compute it under torch.no_grad()")),
     Case("test_causal_log_probs", "causal_rejects_nothing_to_predict", "a ValueError when there is nothing to predict",
-         raises("ValueError")),
+         raises("ValueError"), requires=("causal_no_context", "causal_with_context")),
     Case("test_causal_log_probs", "perplexity_values", "perplexity = exp(-log p / T) as a Python float",
          python_float()),
+    Case("test_causal_log_probs", "perplexity_tensor",
+         "perplexity of a log-likelihood given as a 0-dim tensor, a Python float", python_float()),
     Case("test_causal_log_probs", "perplexity_rejects_no_tokens", "perplexity: a ValueError unless num_tokens > 0",
-         raises("ValueError")),
+         raises("ValueError"), requires=("perplexity_values", "perplexity_tensor")),
     # conditionals_compatible: 3 points
     Case("test_conditionals_compatible", "compatible_joints",
          "True (a Python bool) for the conditionals of a joint, float64 or float32", bools, weight=2),
@@ -353,7 +425,7 @@ CASES = [
          bools),
     Case("test_conditionals_compatible", "compatible_rejects",
          "a ValueError for different shapes, negative entries, or rows/columns that do not sum to one",
-         raises("ValueError")),
+         raises("ValueError"), requires=("compatible_joints", "incompatible_tables")),
     # bert_mask: 3 points
     Case("test_bert_mask", "bert_mask_selection",
          "selection with probability q on non-special tokens; labels the original id where selected, else -100",
@@ -364,9 +436,39 @@ CASES = [
     Case("test_bert_mask", "bert_mask_one_sequence", "one sequence [T] works as well as a batch [B, T]",
          bert_one_sequence),
     Case("test_bert_mask", "bert_mask_generator", "everything drawn from the given generator", reproducible_pair),
+    Case("test_bert_mask", "bert_mask_seeds_differ",
+         "everything drawn from the given generator: another seed gives other draws", other_seeds_differ),
+    Case("test_bert_mask", "bert_mask_global_state",
+         "everything drawn from the given generator: the global random state is left alone", global_state_untouched,
+         requires=("bert_mask_selection", "bert_mask_replacements")),
     Case("test_bert_mask", "bert_mask_input_unchanged", "input_ids is not modified", unchanged_input),
-    Case("test_bert_mask", "bert_mask_rejects_q", "a ValueError unless 0 <= q <= 1", raises("ValueError")),
+    Case("test_bert_mask", "bert_mask_rejects_q", "a ValueError unless 0 <= q <= 1", raises("ValueError"),
+         requires=("bert_mask_selection", "bert_mask_replacements")),
 ]
+
+# The function each probe exercises: a case that expects an error scores only once value cases of the SAME
+# function pass (its ``requires``; tests/test_judge_gates.py checks the table).
+FUNCTIONS = {
+    "mlm_loss": ("mlm_loss_one_mask", "mlm_loss_many_masks", "mlm_loss_float64", "mlm_loss_unselected_inf",
+                 "mlm_loss_rejects_shapes"),
+    "masked_copies": ("masked_copies_values", "masked_copies_permutation", "masked_copies_input_unchanged",
+                      "masked_copies_rejects_2d", "masked_copies_rejects_out_of_range"),
+    "conditional_log_probs": ("conditional_all_positions", "conditional_given_positions", "conditional_batches",
+                              "conditional_no_grad"),
+    "pseudo_log_likelihood": ("pll_all_positions", "pll_given_positions", "pll_batches"),
+    "pseudo_perplexity": ("pppl_values", "pppl_tensor", "pppl_rejects_no_tokens"),
+    "single_index_estimate": ("single_index_values", "single_index_given_positions", "single_index_uniform",
+                              "single_index_one_pass", "single_index_generator", "single_index_seeds_differ",
+                              "single_index_global_state"),
+    "causal_log_probs": ("causal_no_context", "causal_with_context", "causal_one_pass", "causal_no_grad",
+                         "causal_rejects_nothing_to_predict"),
+    "perplexity": ("perplexity_values", "perplexity_tensor", "perplexity_rejects_no_tokens"),
+    "conditionals_compatible": ("compatible_joints", "incompatible_tables", "compatible_zeros", "compatible_atol",
+                                "compatible_rejects"),
+    "bert_mask": ("bert_mask_selection", "bert_mask_replacements", "bert_mask_q_edges", "bert_mask_one_sequence",
+                  "bert_mask_generator", "bert_mask_seeds_differ", "bert_mask_global_state",
+                  "bert_mask_input_unchanged", "bert_mask_rejects_q"),
+}
 
 
 # =============================================================================== reference formulas

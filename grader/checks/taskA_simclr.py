@@ -4,8 +4,9 @@ Each case names a probe of grader/probes/taskA_simclr.py and says, in the words 
 what it checks. Deterministic functions (NT-Xent, the head, the training step, kNN) are compared
 with the solution's value from the same probe; the random augmentations are judged by properties
 of what they returned (shapes, ranges, per-image factors read back from the outputs, rates,
-independence, reproducibility with a generator), and the linear probe by its accuracy against the
-solution's. Every requirement is written in the notebook above the answer cell or in its docstring.
+independence, reproducibility with a generator, other draws for another seed, global random states
+left alone), and the linear probe by its accuracy against the solution's. Every requirement is
+written in the notebook above the answer cell or in its docstring.
 
 :func:`solution_namespace` loads the model solution's functions from the source notebook, for the
 pack's own tests and benchmarks (TA side only).
@@ -114,6 +115,29 @@ def _reproducible(got, ref) -> None:
     if torch.equal(a, c):
         raise AssertionError("differently seeded generators gave the same result: draw every random number with "
                              "`generator`")
+
+
+_GLOBAL_STATES = {"torch": "torch's global random state (a draw without generator=, or a torchvision Random* "
+                           "transform, which draws from it even with p=1)",
+                  "numpy": "NumPy's global random state (np.random)",
+                  "random": "Python's global random state (the random module)"}
+
+
+def global_state_untouched(got, ref) -> None:
+    """The call returned a tensor of the reference's shape and dtype and left the global random states of
+    torch, NumPy and Python as they were: every random number came from the given generator."""
+    if not isinstance(got, dict) or not {"result", "before", "after"} <= set(got):
+        raise AssertionError(f"it {_describe(got)}")
+    if isinstance(got["result"], Raised):
+        raise AssertionError(f"the call raised {got['result']}")
+    _like(got["result"], ref["result"], "the call")
+    before, after = got["before"], got["after"]
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        raise AssertionError("the global random states could not be read back")
+    moved = [what for key, what in _GLOBAL_STATES.items()
+             if before.get(key) is None or before.get(key) != after.get(key)]
+    if moved:
+        raise AssertionError(f"the call drew from {' and '.join(moved)}; draw every random number with `generator`")
 
 
 # =============================================================================== the crop
@@ -348,6 +372,18 @@ def check_step_bf16(got, ref) -> None:
         raise AssertionError("with autocast_dtype=torch.bfloat16 the step did not change the parameters")
 
 
+def check_step_generator(got, ref) -> None:
+    """Steps from the same start with generators seeded s, s, s + 1 (an augmentation that draws from the
+    generator it gets): the same loss twice, then another."""
+    a, b, c = (_like(t, r, f"step {i + 1}") for i, (t, r) in enumerate(zip(_items(got, ref), ref)))
+    if not torch.equal(a, b):
+        raise AssertionError("two steps from the same start with equally seeded generators gave different losses: "
+                             "call augment(images, generator) with the given generator")
+    if torch.equal(a, c):
+        raise AssertionError("differently seeded generators gave the same loss: pass the given generator on, "
+                             "augment(images, generator), not a generator of your own")
+
+
 # =============================================================================== probe and kNN
 def _accuracy(x, where: str) -> float:
     if type(x) is not float:
@@ -403,6 +439,13 @@ def check_knn_values(got, ref) -> None:
 
 
 # =============================================================================== the cases
+
+# What each comparator checks about the draws of a function that takes a generator
+# (tests/test_judge_gates.py).
+_reproducible.draws = ("same seed", "other seed")
+check_step_generator.draws = ("same seed", "other seed")
+global_state_untouched.draws = ("global state",)
+
 CASES = [
     # random_resized_crop_flip (extension): 4 points
     Case("test_random_resized_crop_flip", "crop_shapes", "float [N, 3, size, size] for square and non-square images",
@@ -422,8 +465,12 @@ CASES = [
          check_independent("random_resized_crop_flip")),
     Case("test_random_resized_crop_flip", "crop_generator", "all random numbers drawn with `generator`",
          _reproducible),
+    Case("test_random_resized_crop_flip", "crop_global_state",
+         "all random numbers drawn with `generator`, never with Python's `random`: the global random states are "
+         "left alone", global_state_untouched, requires=("crop_identity_and_mirror", "crop_geometry")),
     Case("test_random_resized_crop_flip", "crop_rejects",
-         "a ValueError for anything but a floating-point [N, 3, H, W] tensor", raises("ValueError")),
+         "a ValueError for anything but a floating-point [N, 3, H, W] tensor", raises("ValueError"),
+         requires=("crop_identity_and_mirror", "crop_geometry")),
     # colour_distort (extension): 4 points
     Case("test_colour_distort", "colour_dtype_and_range", "float [N, 3, H, W] in [0, 1], same dtype",
          check_colour_dtype_and_range),
@@ -446,6 +493,9 @@ CASES = [
     Case("test_colour_distort", "colour_independent", "independent factors for every image",
          check_independent("colour_distort")),
     Case("test_colour_distort", "colour_generator", "all random numbers drawn with `generator`", _reproducible),
+    Case("test_colour_distort", "colour_global_state",
+         "all random numbers drawn with `generator`: the global random states are left alone",
+         global_state_untouched, requires=("colour_brightness", "colour_grayscale")),
     # augment_batch (extension; given, built on the two functions above): 2 points
     Case("test_augment_batch", "augment_uint8", "uint8 images give float32 [N, 3, size, size] views in [0, 1]",
          check_augment_uint8),
@@ -453,6 +503,12 @@ CASES = [
          check_independent("augment_batch")),
     Case("test_augment_batch", "augment_all_off", "every augmentation off: the images scaled to [0, 1]",
          same(rtol=0, atol=1e-5)),
+    Case("test_augment_batch", "augment_generator",
+         "all random numbers drawn with `generator` (through both functions): the same seed gives the same views, "
+         "another seed others", _reproducible),
+    Case("test_augment_batch", "augment_global_state",
+         "all random numbers drawn with `generator`: the global random states are left alone",
+         global_state_untouched, requires=("augment_uint8", "augment_all_off")),
     # nt_xent_loss_loop: 2 points
     Case("test_nt_xent_loss_loop", "nt_xent_loop_float64",
          "mean over the 2N anchors of l_i, every k != i in the denominator (float64 in, float64 0-dim out)",
@@ -468,9 +524,9 @@ CASES = [
     Case("test_nt_xent_loss", "nt_xent_gradient", "differentiable: the gradient a training step needs",
          same(rtol=1e-6, atol=1e-9)),
     Case("test_nt_xent_loss", "nt_xent_rejects_shapes", "a ValueError unless z1 and z2 are two [N, d] of one shape",
-         raises("ValueError")),
+         raises("ValueError"), requires=("nt_xent_float64", "nt_xent_float32")),
     Case("test_nt_xent_loss", "nt_xent_rejects_temperature", "a ValueError for a temperature that is not positive",
-         raises("ValueError")),
+         raises("ValueError"), requires=("nt_xent_float64", "nt_xent_float32")),
     # ProjectionHead: 2 points
     Case("test_projection_head", "head_values",
          "output of Linear -> BatchNorm1d -> ReLU -> Linear (with known weights, train mode)",
@@ -491,6 +547,12 @@ CASES = [
          check_step_default_augment),
     Case("test_simclr_train_step", "train_step_bf16", "with autocast_dtype=bfloat16: trains, float32 loss",
          check_step_bf16),
+    Case("test_simclr_train_step", "train_step_generator",
+         "augment called as augment(images, generator): the same seed gives the same step, another seed another",
+         check_step_generator),
+    Case("test_simclr_train_step", "train_step_global_state",
+         "augment called as augment(images, generator): the global random states are left alone",
+         global_state_untouched, requires=("train_step_default_augment", "train_step_two_steps")),
     # linear_probe_accuracy: 3 points
     Case("test_linear_probe_accuracy", "probe_accuracy", "a Python float: the accuracy of a trained linear probe",
          check_probe_accuracy, weight=2),
@@ -503,10 +565,33 @@ CASES = [
     Case("test_linear_probe_accuracy", "probe_inputs_unchanged", "the caller's tensors are left unchanged",
          check_probe_inputs_unchanged),
     Case("test_linear_probe_accuracy", "probe_rejects", "a ValueError for features and labels of inconsistent shapes",
-         raises("ValueError")),
+         raises("ValueError"), requires=("probe_accuracy", "probe_standardises")),
     # knn_accuracy: 3 points
     Case("test_knn_accuracy", "knn_values", "cosine kNN majority vote, ties to the smallest class id (a Python float)",
          check_knn_values, weight=2),
     Case("test_knn_accuracy", "knn_chunked", "the result does not depend on batch_size", check_knn_values),
-    Case("test_knn_accuracy", "knn_rejects_k", "a ValueError when k is not between 1 and N", raises("ValueError")),
+    Case("test_knn_accuracy", "knn_rejects_k", "a ValueError when k is not between 1 and N", raises("ValueError"),
+         requires=("knn_values", "knn_chunked")),
 ]
+
+# The function each probe exercises: a case that expects an error scores only once value cases of the SAME
+# function pass (its ``requires``; tests/test_judge_gates.py checks the table).
+FUNCTIONS = {
+    "random_resized_crop_flip": ("crop_shapes", "crop_identity_and_mirror", "crop_flip_rate", "crop_geometry",
+                                 "crop_log_aspect", "crop_flip_reverses", "crop_independent", "crop_generator",
+                                 "crop_global_state", "crop_rejects"),
+    "colour_distort": ("colour_dtype_and_range", "colour_identity", "colour_grayscale", "colour_brightness",
+                       "colour_contrast", "colour_saturation", "colour_jitter_rate", "colour_gray_rate", "colour_hue",
+                       "colour_independent", "colour_generator", "colour_global_state"),
+    "augment_batch": ("augment_uint8", "augment_independent", "augment_all_off", "augment_generator",
+                      "augment_global_state"),
+    "nt_xent_loss_loop": ("nt_xent_loop_float64", "nt_xent_loop_float32", "nt_xent_loop_gradient"),
+    "nt_xent_loss": ("nt_xent_float64", "nt_xent_float32", "nt_xent_gradient", "nt_xent_rejects_shapes",
+                     "nt_xent_rejects_temperature"),
+    "ProjectionHead": ("head_values", "head_gradients", "head_defaults"),
+    "simclr_train_step": ("train_step_two_steps", "train_step_returns_detached", "train_step_default_augment",
+                          "train_step_bf16", "train_step_generator", "train_step_global_state"),
+    "linear_probe_accuracy": ("probe_accuracy", "probe_deterministic", "probe_standardises", "probe_test_set_unused",
+                              "probe_inputs_unchanged", "probe_rejects"),
+    "knn_accuracy": ("knn_values", "knn_chunked", "knn_rejects_k"),
+}

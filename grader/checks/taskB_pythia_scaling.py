@@ -212,7 +212,7 @@ CASES = [
     Case("test_count_parameters", "count_model", "the same counts from a model", counts, weight=2),
     Case("test_count_parameters", "count_pythia_config", "a Pythia configuration (meta device, no weights)", counts),
     Case("test_count_parameters", "count_rejects_non_model", "a TypeError for anything that is neither a model nor "
-         "a config", raises("TypeError", "ValueError")),
+         "a config", raises("TypeError", "ValueError"), requires=("count_config", "count_model")),
     # evaluate_loss: 4 points
     Case("test_evaluate_loss", "eval_windows",
          "total log-likelihood and tokens: end-of-text before each document, disjoint windows of max_length "
@@ -226,16 +226,16 @@ CASES = [
     Case("test_evaluate_loss", "eval_max_length", "a single string scored with a max_length shorter than the "
          "model's", loglikelihood),
     Case("test_evaluate_loss", "eval_rejects_empty", "a ValueError when there is nothing to score",
-         raises("ValueError")),
+         raises("ValueError"), requires=("eval_windows", "eval_metrics")),
     Case("test_evaluate_loss", "eval_rejects_no_config", "a TypeError for a model without a .config",
-         raises("TypeError", "ValueError")),
+         raises("TypeError", "ValueError"), requires=("eval_windows", "eval_metrics")),
     # tokens_seen and training_compute: 1 point
     Case("test_bookkeeping", "tokens_seen_scalar", "tokens_seen(step) = step x tokens_per_step as an int",
          python_ints),
     Case("test_bookkeeping", "tokens_seen_array", "tokens_seen on an array: an int64 array (Pythia's steps overflow "
          "int32)", arrays("int64", 0.0)),
     Case("test_bookkeeping", "tokens_seen_rejects_negative", "a ValueError for a negative step",
-         raises("ValueError")),
+         raises("ValueError"), requires=("tokens_seen_scalar", "tokens_seen_array")),
     Case("test_bookkeeping", "compute_scalar", "training_compute(N, D) = 6 N D FLOPs as a float", python_floats),
     Case("test_bookkeeping", "compute_array", "training_compute on arrays (broadcast): a float64 array, no int64 "
          "overflow at pythia-12b's 6 N D", arrays("float64", 1e-12)),
@@ -247,7 +247,7 @@ CASES = [
          "L = E + (N_c/N)^alpha by curve_fit on L, standard errors from its covariance", irreducible_fit, weight=2),
     Case("test_fit_power_law", "fit_rejects_bad_input",
          "a ValueError for mismatched lengths, non-positive values, or fewer than 3 (4 with irreducible) points",
-         raises("ValueError")),
+         raises("ValueError"), requires=("fit_pure", "fit_irreducible")),
 ]
 
 
@@ -365,7 +365,8 @@ CASES += [
          "ln N", band, weight=2),
     Case("test_predict_held_out", "predict_z", "lists as input and another z", band),
     Case("test_predict_held_out", "predict_rejects_bad_split",
-         "a ValueError when n_fit < 3 or nothing is held out", raises("ValueError")),
+         "a ValueError when n_fit < 3 or nothing is held out", raises("ValueError"),
+         requires=("predict_values", "predict_band")),
     # compute_optimal: 2 points
     Case("test_compute_optimal", "optimal_scalar",
          "(N_opt, D_opt) as two floats for a number: 6 N_opt D_opt = C and N_opt minimises L(N, C / (6 N)) "
@@ -373,5 +374,18 @@ CASES += [
     Case("test_compute_optimal", "optimal_array",
          "two float64 arrays for an array of budgets, each split optimal", optimal_arrays, weight=2),
     Case("test_compute_optimal", "optimal_rejects_bad_budget", "a ValueError for a budget that is not positive",
-         raises("ValueError")),
+         raises("ValueError"), requires=("optimal_scalar", "optimal_array")),
 ]
+
+# The function each probe exercises: a case that expects an error scores only once value cases of the SAME
+# function pass (its ``requires``; tests/test_judge_gates.py checks the table).
+FUNCTIONS = {
+    "count_parameters": ("count_config", "count_model", "count_pythia_config", "count_rejects_non_model"),
+    "evaluate_loss": ("eval_windows", "eval_metrics", "eval_original_documents", "eval_max_length",
+                      "eval_rejects_empty", "eval_rejects_no_config"),
+    "tokens_seen": ("tokens_seen_scalar", "tokens_seen_array", "tokens_seen_rejects_negative"),
+    "training_compute": ("compute_scalar", "compute_array"),
+    "fit_power_law": ("fit_pure", "fit_irreducible", "fit_rejects_bad_input"),
+    "predict_held_out": ("predict_values", "predict_band", "predict_z", "predict_rejects_bad_split"),
+    "compute_optimal": ("optimal_scalar", "optimal_array", "optimal_rejects_bad_budget"),
+}

@@ -36,6 +36,8 @@ _MS_RANGE = "if not 1 <= m <= D:"
 _MO_SIZES = "for m in range(1, D + 1)))"
 _MO_RET = "return torch.stack(estimates).sum(), torch.stack(ses).pow(2).sum().sqrt()"
 _MO_D = "D = W.shape[0]\n    estimates, ses"
+_MO_CALL = "masked_score(x, W, mu, sigma2, m, n_masks, generator)"
+_MS_D = "D = W.shape[0]\n    if not 1 <= m <= D:"
 
 MUTANTS = [
     # ------------------------------------------------------------------ ppca_log_marginal
@@ -86,6 +88,8 @@ MUTANTS = [
            find=_MS_MASK, replace="M = torch.randint(0, D, (m,), generator=generator).unique().to(W.device)"),
     Mutant(cell="masked_score", name="ignores the generator (global RNG)",
            find=_MS_MASK, replace="M = torch.randperm(D)[:m].to(W.device)"),
+    Mutant(cell="masked_score", name="seeds its own generator (a fixed seed), ignores the given one",
+           find=_MS_D, replace="generator = torch.Generator().manual_seed(0)\n    " + _MS_D),
     Mutant(cell="masked_score", name="standard error = standard deviation (no 1/sqrt(n))",
            find=_MS_RET, replace="return samples.mean(), samples.detach().std()"),
     Mutant(cell="masked_score", name="standard error = std / n",
@@ -117,4 +121,9 @@ MUTANTS = [
            find=_MO_RET, replace="return torch.stack(estimates).sum(), torch.stack(ses).pow(2).sum()"),
     Mutant(cell="masked_pretraining_objective", name="D from W.shape[1] (the latent size K)",
            find=_MO_D, replace="D = W.shape[1]\n    estimates, ses"),
+    Mutant(cell="masked_pretraining_objective", name="seeds its own generator (a fixed seed), ignores the given one",
+           find=_MO_D, replace="D = W.shape[0]\n    generator = torch.Generator().manual_seed(0)\n    estimates, ses"),
+    Mutant(cell="masked_pretraining_objective",
+           name="generator not passed on: masked_score draws from the global state",
+           find=_MO_CALL, replace="masked_score(x, W, mu, sigma2, m, n_masks)"),
 ]

@@ -66,6 +66,10 @@ _BM_SWAP = "swap = selected & (action >= 0.8) & (action < 0.9)"
 _BM_RANDOM = "random_tokens = torch.randint(vocab_size, ids.shape, generator=generator).to(ids.device)"
 _BM_LABELS = "labels = torch.where(selected, ids, torch.full_like(ids, -100))"
 _BM_CLONE = "masked = ids.clone()"
+_BM_IDS = "ids = input_ids.long()"
+_BM_DRAWS = """selected = (torch.rand(ids.shape, generator=generator) < q).to(ids.device) & ~special
+    action = torch.rand(ids.shape, generator=generator).to(ids.device)
+    random_tokens = torch.randint(vocab_size, ids.shape, generator=generator).to(ids.device)"""
 
 MUTANTS = [
     # ------------------------------------------------------------------ mlm_loss
@@ -152,6 +156,9 @@ MUTANTS = [
            find=_SI_PASS, replace="log_p = conditional_log_probs(model, input_ids, mask_token_id, u)"),
     Mutant(cell="single_index_estimate", name="ignores the generator",
            find=_SI_U, replace="u = scored[torch.randint(len(scored), (num_samples,))]"),
+    Mutant(cell="single_index_estimate", name="seeds its own generator (a fixed seed), ignores the given one",
+           find=_SI_U, replace="u = scored[torch.randint(len(scored), (num_samples,), "
+                               "generator=torch.Generator().manual_seed(0))]"),
     Mutant(cell="single_index_estimate", name="wrong sign",
            find=_SI_RET, replace="return len(scored) * token_ll"),
     # ------------------------------------------------------------------ causal_log_probs
@@ -213,4 +220,10 @@ MUTANTS = [
            find=_BM_CLONE, replace="masked = ids"),
     Mutant(cell="bert_mask", name="selection ignores the generator",
            find=_BM_SELECT, replace="selected = (torch.rand(ids.shape) < q).to(ids.device) & ~special"),
+    Mutant(cell="bert_mask", name="seeds its own generator (a fixed seed), ignores the given one",
+           find=_BM_IDS, replace="generator = torch.Generator().manual_seed(0)\n    ids = input_ids.long()"),
+    Mutant(cell="bert_mask", name="every draw from torch's global random state (no generator=)",
+           find=_BM_DRAWS, replace="selected = (torch.rand(ids.shape) < q).to(ids.device) & ~special\n"
+                                   "    action = torch.rand(ids.shape).to(ids.device)\n"
+                                   "    random_tokens = torch.randint(vocab_size, ids.shape).to(ids.device)"),
 ]

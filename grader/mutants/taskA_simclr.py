@@ -8,6 +8,8 @@ from grader.mutants import Mutant
 
 _DRAW = "u = torch.rand(n, generator=generator, device=where).to(images.device, images.dtype)"
 _DRAW_SHARED = "u = torch.rand(1, generator=generator, device=where).expand(n).to(images.device, images.dtype)"
+_DRAW_GLOBAL = "u = torch.rand(n, device=where).to(images.device, images.dtype)"
+_OWN_GENERATOR = "\n    generator = torch.Generator().manual_seed(0)"
 
 # random_resized_crop_flip
 _RC_SHAPE = "    n, _, height, width = images.shape\n"
@@ -21,6 +23,7 @@ _RC_CX = "centre_x = (crop_w / 2 + uniform(0, 1) * (1 - crop_w)) * 2 - 1        
 _RC_FLIP = "flip = uniform(0, 1) < flip_p"
 
 # colour_distort
+_CD_N = "    n = images.shape[0]\n"
 _CD_JIT = "jittered = uniform(0, 1) < jitter_p"
 _CD_GRAY = "gray = (uniform(0, 1) < gray_p).view(n, 1, 1)"
 _CD_TO_GRAY = "to_gray = torch.tensor([[0.299, 0.587, 0.114]], device=dev, dtype=torch.float64).expand(3, 3)"
@@ -108,6 +111,10 @@ MUTANTS = [
            find=_RC_CX, replace="centre_x = uniform(-1, 1)"),
     Mutant(cell="random_resized_crop_flip", name="flip probability inverted",
            find=_RC_FLIP, replace="flip = uniform(0, 1) > flip_p"),
+    Mutant(cell="random_resized_crop_flip", name="seeds its own generator (a fixed seed), ignores the given one",
+           find=_RC_SHAPE, replace=_RC_SHAPE.rstrip("\n") + _OWN_GENERATOR + "\n"),
+    Mutant(cell="random_resized_crop_flip", name="draws from torch's global random state (no generator=)",
+           find=_DRAW, replace=_DRAW_GLOBAL),
     # ------------------------------------------------------------------ colour_distort
     Mutant(cell="colour_distort", name="one set of jitter factors for the whole batch",
            find=_DRAW, replace=_DRAW_SHARED),
@@ -121,6 +128,10 @@ MUTANTS = [
            find=_CD_OFFSET, replace="offset = (1 - c) * b * 0.5 * torch.ones(n, 3, 1, device=dev, dtype=torch.float64)"),
     Mutant(cell="colour_distort", name="no clamp to [0, 1]",
            find=_CD_RET, replace="return out.view_as(images)"),
+    Mutant(cell="colour_distort", name="seeds its own generator (a fixed seed), ignores the given one",
+           find=_CD_N, replace=_CD_N.rstrip("\n") + _OWN_GENERATOR + "\n"),
+    Mutant(cell="colour_distort", name="draws from torch's global random state (no generator=)",
+           find=_DRAW, replace=_DRAW_GLOBAL),
     # ------------------------------------------------------------------ nt_xent_loss_loop
     Mutant(cell="nt_xent_loss_loop", name="self-similarity kept in the denominator",
            find=_NL_OTHERS, replace="others = sims"),
@@ -187,6 +198,11 @@ MUTANTS = [
            find=_ST_ORDER, replace="    optimizer.zero_grad(set_to_none=True)\n    optimizer.step()\n    loss.backward()\n"),
     Mutant(cell="simclr_train_step", name="second view detached (no gradient through it)",
            find=_ST_SPLIT, replace="z1, z2 = z.float().chunk(2)\n    z2 = z2.detach()"),
+    Mutant(cell="simclr_train_step", name="views from generators of its own (fixed seeds), ignores the given one",
+           find=_ST_VIEWS, replace="views = torch.cat([augment(images, torch.Generator().manual_seed(0)), "
+                                   "augment(images, torch.Generator().manual_seed(1))])"),
+    Mutant(cell="simclr_train_step", name="generator not passed on: augment draws from the global random state",
+           find=_ST_VIEWS, replace="views = torch.cat([augment(images), augment(images)])"),
     # ------------------------------------------------------------------ linear_probe_accuracy
     Mutant(cell="linear_probe_accuracy", name="trains on the test features and labels",
            find=_LP_LOSS, replace="loss = F.cross_entropy(probe(x_test[idx % len(x_test)]), "

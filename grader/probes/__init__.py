@@ -5,3 +5,34 @@ namespace ``ns`` and returns whatever they gave. Probes hold **no reference impl
 expected value**: they run inside the grading sandbox next to student code. The judge runs the same
 probes on the solution (outside the sandbox) and compares the two (grader/checks/<stem>.py).
 """
+
+import hashlib as _hashlib
+import random as _random
+
+import numpy as _np
+import torch as _torch
+
+# Captured when the harness loads the probes, before any student definition runs: a function that
+# replaces torch.get_rng_state (or NumPy's, or Python's) cannot hide that it drew from the global state.
+_TORCH_STATE, _NUMPY_STATE, _PYTHON_STATE = _torch.get_rng_state, _np.random.get_state, _random.getstate
+_TOLIST, _sha256 = _torch.Tensor.tolist, _hashlib.sha256
+
+
+def global_random_state() -> dict:
+    """Digests of the global random states a function could draw from instead of its ``generator``:
+    torch's (CPU), NumPy's legacy ``np.random`` and Python's ``random``."""
+    kind, keys, pos, has_gauss, cached = _NUMPY_STATE()
+    return {"torch": _sha256(bytes(_TOLIST(_TORCH_STATE()))).hexdigest(),
+            "numpy": _sha256(keys.tobytes() + repr((kind, pos, has_gauss, cached)).encode()).hexdigest(),
+            "random": _sha256(repr(_PYTHON_STATE()).encode()).hexdigest()}
+
+
+def with_global_state(fn, *args, **kwargs) -> dict:
+    """Call ``fn`` and return ``{"result": what it returned or raised, "before": ..., "after": ...}``,
+    the digests of the global random states just before and just after the call (the judge compares)."""
+    from grader.probe import attempt
+
+    before = global_random_state()
+    result = attempt(fn, *args, **kwargs)
+    after = global_random_state()
+    return {"result": result, "before": before, "after": after}

@@ -13,6 +13,7 @@ import math
 import torch
 
 from grader.probe import attempt, probes
+from grader.probes import with_global_state
 
 PROBES: dict = {}
 probe = probes(PROBES)
@@ -183,10 +184,18 @@ def ms_gradient(ns, gen):
 
 @probe()
 def ms_generator(ns, gen):
-    W, mu, s2, x = _ppca(gen, 6, 2, 0.1, 1)
+    """Seeds s, s and s + 1: 30 masks among the C(8, 3) = 56 of size 3, so two seeds give the same
+    estimate only if they draw the same multiset of masks (probability about 1e-20)."""
+    W, mu, s2, x = _ppca(gen, 8, 2, 0.1, 1)
     seed = int(torch.randint(0, 2 ** 31 - 1, (1,), generator=gen))
-    return [attempt(ns.masked_score, x[0], W, mu, s2, 2, 20, torch.Generator().manual_seed(s))
+    return [attempt(ns.masked_score, x[0], W, mu, s2, 3, 30, torch.Generator().manual_seed(s))
             for s in (seed, seed, seed + 1)]
+
+
+@probe()
+def ms_global_state(ns, gen):
+    W, mu, s2, x = _ppca(gen, 6, 2, 0.1, 2)
+    return with_global_state(ns.masked_score, x, W, mu, s2, 3, 10, _child_gen(gen))
 
 
 @probe()
@@ -219,3 +228,18 @@ def mo_estimate(ns, gen):
 @probe()
 def mo_standard_error(ns, gen):
     return _objective_calls(ns, gen, (200,))
+
+
+@probe()
+def mo_generator(ns, gen):
+    """Seeds s, s and s + 1 with 20 masks for every m of D = 7."""
+    W, mu, s2, x = _ppca(gen, 7, 2, 0.1, 1)
+    seed = int(torch.randint(0, 2 ** 31 - 1, (1,), generator=gen))
+    return [attempt(ns.masked_pretraining_objective, x[0], W, mu, s2, 20, torch.Generator().manual_seed(s))
+            for s in (seed, seed, seed + 1)]
+
+
+@probe()
+def mo_global_state(ns, gen):
+    W, mu, s2, x = _ppca(gen, 5, 2, 0.1, 2)
+    return with_global_state(ns.masked_pretraining_objective, x, W, mu, s2, 5, _child_gen(gen))

@@ -113,6 +113,15 @@ def gaussian_mi_values(ns, gen):
 
 
 @probe()
+def gaussian_mi_negative_rho(ns, gen):
+    """Negative correlations, many coordinates and |rho| close to 1 (a large but finite MI)."""
+    rho = float(torch.rand(1, generator=gen)) * 0.98 + 0.01
+    dim = int(torch.randint(8, 129, (1,), generator=gen))
+    return [attempt(ns.gaussian_mutual_information, r, d) for r, d in [(-rho, dim), (-0.999, 2), (0.999, 1),
+                                                                        (-0.6, 64)]]
+
+
+@probe()
 def gaussian_mi_rejects_rho_one(ns, gen):
     return [attempt(ns.gaussian_mutual_information, 1.0, 2), attempt(ns.gaussian_mutual_information, -1.0, 3)]
 
@@ -122,6 +131,14 @@ def mi_bound_values(ns, gen):
     loss = float(torch.rand(1, generator=gen)) * 3
     return [attempt(ns.infonce_mi_lower_bound, torch.tensor(v), k)
             for v, k in [(0.3, 1), (2.0, 15), (4.5, 1023), (loss, 63)]]
+
+
+@probe()
+def mi_bound_float64(ns, gen):
+    """Float64 mean losses (as info_nce_loss returns for float64 scores) and large K."""
+    losses = torch.rand(3, generator=gen, dtype=torch.float64) * 5
+    ks = [int(k) for k in torch.randint(100, 100_000, (3,), generator=gen)]
+    return [attempt(ns.infonce_mi_lower_bound, loss, k) for loss, k in zip(losses, ks)]
 
 
 @probe()

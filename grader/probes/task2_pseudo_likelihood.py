@@ -16,6 +16,7 @@ import torch
 from transformers import BertConfig, BertForMaskedLM, GPTNeoXConfig, GPTNeoXForCausalLM
 
 from grader.probe import attempt, probes
+from grader.probes import with_global_state
 
 PROBES: dict = {}
 probe = probes(PROBES)
@@ -139,9 +140,14 @@ def masked_copies_values(ns, gen):
     ids = torch.randint(5, 100, (t,), generator=gen)
     positions = torch.randint(0, t, (_size(gen, 3, 8),), generator=gen)
     positions[-1] = positions[0]  # a repeat
-    out = [ns.masked_copies(ids, positions, 3)]
-    out.append(ns.masked_copies(ids, torch.randperm(t, generator=gen), 101))
-    return out
+    return ns.masked_copies(ids, positions, 3)
+
+
+@probe()
+def masked_copies_permutation(ns, gen):
+    t = _size(gen, 6, 20)
+    ids = torch.randint(5, 100, (t,), generator=gen)
+    return ns.masked_copies(ids, torch.randperm(t, generator=gen), 101)
 
 
 @probe()
@@ -230,11 +236,15 @@ def pll_batches(ns, gen):
 def pppl_values(ns, gen):
     a = -float(torch.rand(1, generator=gen)) * 40
     b = -float(torch.rand(1, generator=gen)) * 5
-    c = -torch.rand((), generator=gen) * 30
     return [attempt(ns.pseudo_perplexity, a, _size(gen, 5, 20)),
-            attempt(ns.pseudo_perplexity, c, _size(gen, 5, 20)),
-            attempt(ns.pseudo_perplexity, c.double(), 1),
             attempt(ns.pseudo_perplexity, b, 2)]
+
+
+@probe()
+def pppl_tensor(ns, gen):
+    c = -torch.rand((), generator=gen) * 30
+    return [attempt(ns.pseudo_perplexity, c, _size(gen, 5, 20)),
+            attempt(ns.pseudo_perplexity, c.double(), 1)]
 
 
 @probe()
@@ -290,6 +300,25 @@ def single_index_generator(ns, gen):
     return out
 
 
+@probe()
+def single_index_seeds_differ(ns, gen):
+    """Two differently seeded generators: 64 draws of U among 9 to 15 positions coincide with probability
+    below 9^-64, so equal estimates mean the generator was not used."""
+    model, mask_id = tiny_masked_lm(gen)
+    ids = _sequence(gen, mask_id)
+    seed = _seed(gen)
+    return [ns.single_index_estimate(model, ids, mask_id, num_samples=64, generator=torch.Generator().manual_seed(s))
+            for s in (seed, seed + 1)]
+
+
+@probe()
+def single_index_global_state(ns, gen):
+    model, mask_id = tiny_masked_lm(gen)
+    ids = _sequence(gen, mask_id)
+    return with_global_state(ns.single_index_estimate, model, ids, mask_id, num_samples=20,
+                             generator=torch.Generator().manual_seed(_seed(gen)))
+
+
 # ------------------------------------------------------------------------------ causal_log_probs / perplexity
 @probe()
 def causal_no_context(ns, gen):
@@ -331,9 +360,15 @@ def causal_rejects_nothing_to_predict(ns, gen):
 @probe()
 def perplexity_values(ns, gen):
     a = -float(torch.rand(1, generator=gen)) * 40
-    c = -torch.rand((), generator=gen) * 30
+    b = -float(torch.rand(1, generator=gen)) * 5
     return [attempt(ns.perplexity, a, _size(gen, 5, 20)),
-            attempt(ns.perplexity, c, _size(gen, 5, 20)),
+            attempt(ns.perplexity, b, 2)]
+
+
+@probe()
+def perplexity_tensor(ns, gen):
+    c = -torch.rand((), generator=gen) * 30
+    return [attempt(ns.perplexity, c, _size(gen, 5, 20)),
             attempt(ns.perplexity, c.double(), 1)]
 
 
@@ -481,6 +516,23 @@ def bert_mask_generator(ns, gen):
         out.append(list(ns.bert_mask(ids.clone(), SPECIALS, 15, 16, q=0.5,
                                      generator=torch.Generator().manual_seed(seed))))
     return out
+
+
+@probe()
+def bert_mask_seeds_differ(ns, gen):
+    """Two differently seeded generators on about 290 non-special tokens with q = 0.5: the same selection
+    twice has probability about 2^-290."""
+    ids = _batch(gen, 8, 40)
+    seed = _seed(gen)
+    return [list(ns.bert_mask(ids.clone(), SPECIALS, 15, 16, q=0.5, generator=torch.Generator().manual_seed(s)))
+            for s in (seed, seed + 1)]
+
+
+@probe()
+def bert_mask_global_state(ns, gen):
+    ids = _batch(gen, 8, 40)
+    return with_global_state(ns.bert_mask, ids.clone(), SPECIALS, 15, 16, q=0.5,
+                             generator=torch.Generator().manual_seed(_seed(gen)))
 
 
 @probe()

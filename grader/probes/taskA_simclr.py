@@ -7,11 +7,14 @@ exact values. The fixtures below (ramp images, tiny models, a scripted augmentat
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torchvision.transforms.v2  # noqa: F401  (loaded once here: the given cell imports it in every forked case)
 from torch import nn
 
 from grader.probe import attempt, probes
+from grader.probes import with_global_state
 
 PROBES: dict = {}
 probe = probes(PROBES)
@@ -106,6 +109,12 @@ def crop_generator(ns, gen):
 
 
 @probe()
+def crop_global_state(ns, gen):
+    return with_global_state(ns.random_resized_crop_flip, torch.rand(6, 3, 12, 12, generator=gen), 8,
+                             generator=_child(gen))
+
+
+@probe()
 def crop_rejects(ns, gen):
     f = ns.random_resized_crop_flip
     return [attempt(f, torch.rand(3, 16, 16, generator=gen), 16),
@@ -188,11 +197,17 @@ def colour_independent(ns, gen):
 
 @probe()
 def colour_generator(ns, gen):
-    x = _repeated(gen, 8, 6, 6)
+    x = _repeated(gen, 24, 6, 6)  # 24 images: two seeds leave all of them untouched with probability 0.16^48
     s = _seed(gen)
     f = ns.colour_distort
     return [f(x, generator=torch.Generator().manual_seed(s)), f(x, generator=torch.Generator().manual_seed(s)),
             f(x, generator=torch.Generator().manual_seed(s + 1))]
+
+
+@probe()
+def colour_global_state(ns, gen):
+    return with_global_state(ns.colour_distort, torch.rand(8, 3, 5, 5, generator=gen), jitter_p=0.5, gray_p=0.5,
+                             generator=_child(gen))
 
 
 # ------------------------------------------------------------------------------ augment_batch (given, extension)
@@ -213,6 +228,19 @@ def augment_all_off(ns, gen):
     imgs = torch.randint(0, 256, (4, 3, 16, 16), generator=gen, dtype=torch.uint8)
     return ns.augment_batch(imgs, _child(gen), size=16, scale=(1, 1), ratio=(1, 1), flip_p=0.0, jitter_p=0.0,
                             gray_p=0.0)
+
+
+@probe()
+def augment_generator(ns, gen):
+    imgs = torch.randint(0, 256, (8, 3, 16, 16), generator=gen, dtype=torch.uint8)
+    s = _seed(gen)
+    return [ns.augment_batch(imgs, torch.Generator().manual_seed(seed), size=8) for seed in (s, s, s + 1)]
+
+
+@probe()
+def augment_global_state(ns, gen):
+    imgs = torch.randint(0, 256, (6, 3, 16, 16), generator=gen, dtype=torch.uint8)
+    return with_global_state(ns.augment_batch, imgs, _child(gen), size=8)
 
 
 # ------------------------------------------------------------------------------ nt_xent_loss_loop, nt_xent_loss
@@ -340,6 +368,18 @@ class ScriptedViews:
         return images.float() / 255 + self.noise[k]
 
 
+class DrawingViews:
+    """An augmentation that draws its noise from the generator it is called with (torch's global one when
+    it gets none), as the given simclr_augment does."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, images, generator=None, **kwargs):
+        self.calls += 1
+        return images.float() / 255 + 0.1 * torch.randn(images.shape, generator=generator)
+
+
 def _tiny_models(gen, side: int = 6):
     torch.manual_seed(_seed(gen))
     encoder = nn.Sequential(nn.Flatten(), nn.Linear(3 * side * side, 24), nn.BatchNorm1d(24), nn.ReLU())
@@ -383,13 +423,55 @@ def train_step_default_augment(ns, gen):
     from utils import vision
 
     names = object.__getattribute__(ns, "_names")
-    saved, saved_module = names.get("simclr_augment"), vision.simclr_augment
-    names["simclr_augment"] = vision.simclr_augment = views
+    original = vision.simclr_augment
+    # every name bound to the given function (a student's alias `default_aug = simclr_augment` too)
+    aliases = [k for k, v in list(names.items()) if v is original or k == "simclr_augment"]
+    saved = {k: names.get(k) for k in aliases}
+    step = names.get("simclr_train_step")
+    saved_defaults = getattr(step, "__defaults__", None), getattr(step, "__kwdefaults__", None)
+    for k in aliases:
+        names[k] = views
+    vision.simclr_augment = views
+    try:   # ... and a default argument `augment=simclr_augment`
+        if saved_defaults[0]:
+            step.__defaults__ = tuple(views if d is original else d for d in saved_defaults[0])
+        if saved_defaults[1]:
+            step.__kwdefaults__ = {k: views if d is original else d for k, d in saved_defaults[1].items()}
+    except (AttributeError, TypeError):
+        pass
     try:
         loss = ns.simclr_train_step(encoder, head, opt, images, temperature=0.5, generator=_child(gen))
     finally:
-        names["simclr_augment"], vision.simclr_augment = saved, saved_module
+        names.update(saved)
+        vision.simclr_augment = original
+        try:
+            step.__defaults__, step.__kwdefaults__ = saved_defaults
+        except (AttributeError, TypeError):
+            pass
     return {"loss": loss, "params": _snapshot(encoder, head), "augment_calls": views.calls}
+
+
+@probe()
+def train_step_generator(ns, gen):
+    """Three steps from the same start, with generators seeded s, s and s + 1: the loss of the first two
+    is the same, the third differs (the views come from the generator the step passes to augment)."""
+    images = torch.randint(0, 256, (8, 3, 6, 6), generator=gen, dtype=torch.uint8)
+    encoder, head, _ = _tiny_models(gen)
+    s, losses = _seed(gen), []
+    for seed in (s, s, s + 1):
+        enc, hd = copy.deepcopy(encoder), copy.deepcopy(head)
+        opt = torch.optim.SGD([*enc.parameters(), *hd.parameters()], lr=0.2, momentum=0.9)
+        losses.append(ns.simclr_train_step(enc, hd, opt, images, temperature=0.5, augment=DrawingViews(),
+                                           generator=torch.Generator().manual_seed(seed)))
+    return losses
+
+
+@probe()
+def train_step_global_state(ns, gen):
+    images = torch.randint(0, 256, (8, 3, 6, 6), generator=gen, dtype=torch.uint8)
+    encoder, head, opt = _tiny_models(gen)
+    return with_global_state(ns.simclr_train_step, encoder, head, opt, images, temperature=0.5,
+                             augment=DrawingViews(), generator=_child(gen))
 
 
 @probe()

@@ -1,0 +1,451 @@
+"""No student HTML or JavaScript runs in a page the pack writes.
+
+A feedback page shows what a student wrote: markdown answers (raw HTML allowed), outputs of any MIME
+type, attachments. Three passes, all stdlib (``html.parser``):
+
+* :func:`clean_fragment` (an HTML output, a raw cell) and :func:`clean_page` (the rendered page) are an
+  **allow-list**: the input is parsed and written out again from the tokens, so only known tags and
+  attributes come out, every text and attribute value escaped; ``<script>``/``<style>`` content is
+  dropped, comments and declarations too, URLs keep only the ``http``, ``https`` and ``mailto``
+  schemes (and ``data:image/...`` in an ``<img src>``), and a ``style`` attribute only when it holds no
+  ``url(``, ``expression`` or escape. Whatever a browser would have made of the input, what it gets
+  is this re-serialised token stream, so tricks that confuse a deny-list (``<ScRiPt>``, attributes
+  split by tabs or ``/``, ``<scr<script>ipt>``, ``jav&#x61;script:``) have nothing to hide in.
+  :func:`clean_page` keeps the ``<head>`` of nbconvert's template (its CSS and the MathJax loader, with
+  MathJax's Safe extension, which refuses ``\\href{javascript:...}`` in TeX, and configuration: the only
+  scripts it may keep) and treats everything from ``<body>`` on, where all student content is, as
+  untrusted.
+* :func:`clean_markdown` (markdown cells, ``text/markdown`` and SVG outputs) must leave the text
+  itself alone (``$a<b$`` is maths, not a tag): it removes only active elements (script, iframe,
+  object, embed, base, meta, form, svg animation...), ``on*`` handlers, ``srcdoc``, and dangerous URLs
+  in attributes and in markdown links, and copies everything else byte for byte. It is the first line
+  only: what it misses (markdown and html.parser do not always agree on what is a tag), the page
+  pass removes.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from html.parser import HTMLParser
+
+__all__ = ["clean_fragment", "clean_markdown", "clean_page", "looks_active", "safe_markdown", "unsafe_url"]
+
+#: Where nbconvert's template loads MathJax from (its ``mathjax_url``); the page's only remote script.
+MATHJAX_PREFIX = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/"
+SAFE_SCHEMES = frozenset(("http", "https", "mailto"))
+IMAGE_DATA = re.compile(r"data:image/(?:png|jpe?g|gif|webp|bmp|svg\+xml)[;,]")
+
+ALLOWED_TAGS = frozenset((
+    "html", "body", "main", "div", "span", "p", "br", "hr", "pre", "code", "kbd", "samp", "var", "tt",
+    "b", "strong", "i", "em", "u", "s", "strike", "del", "ins", "mark", "small", "big", "sub", "sup", "q",
+    "cite", "abbr", "dfn", "blockquote", "address", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "li",
+    "dl", "dt", "dd", "table", "thead", "tbody", "tfoot", "tr", "th", "td", "caption", "col", "colgroup",
+    "a", "img", "figure", "figcaption", "details", "summary", "section", "article", "header", "footer",
+    "nav", "aside", "center", "font", "label", "time", "ruby", "rt", "rp", "bdi", "bdo", "wbr", "hgroup",
+))
+VOID_TAGS = frozenset(("br", "hr", "img", "wbr", "col"))
+#: Elements whose content html.parser hands over as raw text: dropped with it in the body.
+RAW_TEXT = frozenset(("script", "style"))
+GLOBAL_ATTRS = frozenset(("class", "id", "title", "lang", "dir", "align", "valign", "width", "height", "style",
+                          "role", "tabindex"))
+TAG_ATTRS = {
+    "a": frozenset(("href", "name")), "img": frozenset(("src", "alt")),
+    "td": frozenset(("colspan", "rowspan", "headers", "scope", "abbr")),
+    "th": frozenset(("colspan", "rowspan", "headers", "scope", "abbr")),
+    "ol": frozenset(("start", "type", "reversed")), "li": frozenset(("value",)),
+    "table": frozenset(("border", "cellpadding", "cellspacing", "summary")),
+    "col": frozenset(("span",)), "colgroup": frozenset(("span",)),
+    "blockquote": frozenset(("cite",)), "q": frozenset(("cite",)), "del": frozenset(("cite",)),
+    "ins": frozenset(("cite",)), "time": frozenset(("datetime",)), "details": frozenset(("open",)),
+}
+URL_ATTRS = frozenset(("href", "src", "cite"))
+UNSAFE_STYLE = re.compile(r"url\s*\(|expression|javascript|vbscript|@import|behavior|binding|\\|/\*|<|&", re.I)
+URL_CONTROLS = re.compile(r"[\x00-\x20\x7f]+")
+SCHEME = re.compile(r"([a-z][a-z0-9+.\-]*):")
+
+
+def unsafe_url(value: str, *, image: bool = False) -> bool:
+    """Whether a URL (an attribute value as the browser reads it, entities already decoded) could run
+    code: any scheme but http, https and mailto (``javascript:``, ``vbscript:``, ``data:``, ...), seen
+    through the tabs, newlines and control characters a browser ignores. ``image``: an ``<img src>``,
+    where ``data:image/...`` is also fine (an image cannot run a script)."""
+    plain = URL_CONTROLS.sub("", value).lower()
+    m = SCHEME.match(plain)
+    if m is None:
+        return False       # relative: #anchor, path
+    if image and IMAGE_DATA.match(plain):
+        return False
+    return m.group(1) not in SAFE_SCHEMES
+
+
+def _safe_attrs(tag: str, attrs: list[tuple[str, str | None]]) -> list[tuple[str, str]]:
+    allowed = TAG_ATTRS.get(tag, frozenset())
+    out = []
+    for name, value in attrs:
+        value = "" if value is None else value
+        if name not in GLOBAL_ATTRS and name not in allowed and not name.startswith("aria-"):
+            continue
+        if name in URL_ATTRS and unsafe_url(value, image=(tag == "img" and name == "src")):
+            continue
+        if name == "style" and UNSAFE_STYLE.search(value):
+            continue
+        out.append((name, value))
+    return out
+
+
+class _Tolerant(HTMLParser):
+    """html.parser raises AssertionError on some malformed declarations (``<![x``, ``<![=``): a
+    student must not be able to stop their own page with one. Such a ``<!`` is plain text."""
+
+    def parse_html_declaration(self, i):
+        try:
+            return super().parse_html_declaration(i)
+        except AssertionError:
+            self.handle_data("<!")
+            return i + 2
+
+
+def _start(tag: str, attrs: list[tuple[str, str]]) -> str:
+    return "<" + tag + "".join(f' {n}="{html.escape(v, quote=True)}"' for n, v in attrs) + ">"
+
+
+class _AllowList(_Tolerant):
+    """Re-serialise HTML keeping only what is allowed. ``page``: a whole nbconvert page, whose head (the
+    template's own) keeps its CSS and MathJax; otherwise a fragment, treated as body throughout."""
+
+    def __init__(self, page: bool):
+        super().__init__(convert_charrefs=True)
+        self.out: list[str] = []
+        self.in_body = not page
+        self.raw: str | None = None       # inside script/style: "keep" (the template's) or "drop"
+        self.raw_tag = ""
+
+    # -- head: the template's
+    def _head_start(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if tag in ("html", "head", "title"):
+            self.out.append(f"<{tag}>")
+        elif tag == "meta" and set(values) == {"charset"}:
+            self.out.append(_start("meta", [("charset", values["charset"] or "utf-8")]))
+        elif tag == "style":
+            self._raw(tag, "keep")
+            self.out.append("<style>")
+        elif tag == "script" and set(values) == {"src"} and (values["src"] or "").startswith(MATHJAX_PREFIX) \
+                and "Safe" in (values["src"] or "") and "\"" not in (values["src"] or ""):
+            # MathJax with its Safe extension, which refuses \href{javascript:...} and friends in TeX
+            self._raw(tag, "keep")
+            self.out.append(_start("script", [("src", values["src"])]))
+        elif tag == "script" and values == {"type": "text/x-mathjax-config"}:
+            self._raw(tag, "keep")
+            self.out.append('<script type="text/x-mathjax-config">')
+        elif tag in RAW_TEXT:
+            self._raw(tag, "drop")
+
+    def _raw(self, tag: str, how: str) -> None:
+        self.raw, self.raw_tag = how, tag
+
+    # -- tokens
+    def handle_starttag(self, tag, attrs):
+        if self.raw is not None:
+            return
+        if not self.in_body:
+            if tag != "body":
+                self._head_start(tag, attrs)
+                return
+            self.in_body = True
+        if tag in RAW_TEXT:
+            self._raw(tag, "drop")
+        elif tag in ALLOWED_TAGS:
+            self.out.append(_start(tag, _safe_attrs(tag, attrs)))
+
+    def handle_startendtag(self, tag, attrs):
+        if self.raw is not None:
+            return
+        if not self.in_body:
+            if tag not in RAW_TEXT:   # a self-closed <script/> would leave the tag open in a browser
+                self._head_start(tag, attrs)
+            return
+        if tag in ALLOWED_TAGS:
+            self.out.append(_start(tag, _safe_attrs(tag, attrs)))
+            if tag not in VOID_TAGS:
+                self.out.append(f"</{tag}>")
+
+    def handle_endtag(self, tag):
+        if self.raw is not None:
+            if tag == self.raw_tag:
+                if self.raw == "keep":
+                    self.out.append(f"</{tag}>")
+                self.raw = None
+            return
+        if not self.in_body:
+            if tag in ("html", "head", "title"):
+                self.out.append(f"</{tag}>")
+            return
+        if tag in ALLOWED_TAGS and tag not in VOID_TAGS:
+            self.out.append(f"</{tag}>")
+
+    def handle_data(self, data):
+        if self.raw == "keep":
+            self.out.append(data)   # the template's CSS or MathJax configuration, as written
+        elif self.raw is None:
+            self.out.append(html.escape(data.replace("\x00", ""), quote=False))
+
+    def handle_decl(self, decl):
+        if not self.in_body and decl.strip().lower() == "doctype html":
+            self.out.append("<!DOCTYPE html>")
+
+    # comments, processing instructions, CDATA and bogus declarations: dropped
+    def handle_comment(self, data):
+        pass
+
+    def handle_pi(self, data):
+        pass
+
+    def unknown_decl(self, data):
+        pass
+
+
+def _allow_list(text: str, page: bool) -> str:
+    parser = _AllowList(page)
+    parser.feed(text)
+    parser.close()
+    return "".join(parser.out)
+
+
+def clean_fragment(text: str) -> str:
+    """An HTML fragment (a ``text/html`` output, a raw cell) with only allowed tags and attributes."""
+    return _allow_list(text, page=False)
+
+
+def clean_page(text: str) -> str:
+    """A whole page rendered by nbconvert: the template's head as it was (CSS, MathJax), the body
+    through the allow-list."""
+    return _allow_list(text, page=True)
+
+
+# ----------------------------------------------------------------------------- markdown and SVG
+#: Removed from markdown and SVG wherever they appear (their content stays, except a script's or style's).
+ACTIVE_TAGS = frozenset((
+    "script", "style", "iframe", "frame", "frameset", "object", "embed", "applet", "base", "meta", "link",
+    "form", "input", "button", "textarea", "select", "option", "noscript", "template", "portal", "xmp",
+    "plaintext", "noembed", "noframes", "param", "math", "handler", "listener", "foreignobject", "animate",
+    "set", "animatemotion", "animatetransform", "animatecolor", "discard", "audio", "video", "source", "track",
+))
+ACTIVE_ATTRS = frozenset(("srcdoc", "formaction", "action", "background", "dynsrc", "lowsrc", "ping", "srcset",
+                          "codebase", "classid", "archive", "data", "poster", "xmlns:xlink", "attributename",
+                          "values", "from", "to", "by"))
+LINK_ATTRS = frozenset(("href", "src", "xlink:href", "cite", "longdesc", "usemap", "manifest", "icon"))
+MD_LINK = re.compile(r"(\]\(\s*<?)([^\s)>]*)")                                # [text](url  ![alt](url
+MD_REFERENCE = re.compile(r"^([ \t]{0,3}\[[^\]\n]+\]:[ \t]*<?)(\S+?)(?=>|\s|$)", re.M)   # [ref]: url
+MD_AUTOLINK = re.compile(r"<([A-Za-z][A-Za-z0-9+.\-]{1,31}:[^\s<>]*)>")       # <scheme:...>
+MD_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
+#: html.parser's own attribute pattern (``html.parser.attrfind_tolerant``, Python 3.11), to cut a tag's text
+#: into its attributes exactly where the parser did.
+ATTRIBUTE = re.compile(r'((?<=[\'"\s/])[^\s/>][^\s/=>]*)(\s*=+\s*(\'[^\']*\'|"[^"]*"|(?![\'"])[^>\s]*))?(?:\s|/(?!>))*')
+TAG_NAME = re.compile(r"<[^\t\n\r\f />\x00]+")
+TAG_NAME_MD = re.compile(r"[a-z][a-z0-9-]*")    # a tag name as CommonMark reads raw HTML (html.parser lowercases)
+
+
+def _markdown_url_unsafe(url: str) -> bool:
+    """A markdown link destination: entities and backslash escapes are decoded before it is a URL.
+    ``attachment:name`` is the cell's own attachment, which nbconvert turns into an image data URL."""
+    url = MD_ESCAPE.sub(r"\1", html.unescape(url))
+    return not url.startswith("attachment:") and unsafe_url(url, image=True)
+
+
+class _Surgeon(_Tolerant):
+    """Copy text as it is, except active elements and attributes (see :func:`clean_markdown`)."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=False)
+        self.out: list[str] = []
+        self.drop_raw = False
+        self.no_cdata = False
+        self.start_at = self.end_at = 0
+
+    def parse_starttag(self, i):
+        self.start_at = i
+        return super().parse_starttag(i)
+
+    def set_cdata_mode(self, elem):
+        if self.no_cdata:   # a <script> or <style> that is never closed: its "content" is parsed as markup
+            self.no_cdata = False
+            return
+        super().set_cdata_mode(elem)
+
+    def _odd_name(self, raw: str, prefix: str) -> None:
+        """A tag whose name markdown would not take for one (``<scr<script>``: html.parser reads the name
+        ``scr<script``, mistune and CommonMark some text and then a ``<script>``): the rest of its text is
+        cleaned on its own, as markdown would read it. (What the removal joins up, ``<scr`` + ``ipt>``,
+        the next round of :func:`clean_markdown` sees.)"""
+        self.out.append(prefix + _surgery(raw[len(prefix):]))
+
+    def _tag(self, tag: str, attrs) -> None:
+        raw = self.get_starttag_text() or ""
+        if ":" in tag:   # <https://...> is a markdown autolink (a safe one: see MD_AUTOLINK); <svg:script> is not
+            if MD_AUTOLINK.fullmatch(raw) and not unsafe_url(html.unescape(raw[1:-1])):
+                self.out.append(raw)
+            return
+        if not TAG_NAME_MD.fullmatch(tag):
+            self._odd_name(raw, "<")
+            return
+        if tag in ACTIVE_TAGS:
+            if tag in RAW_TEXT and not raw.rstrip().endswith("/>"):
+                if re.compile(rf"</\s*{tag}\s*>", re.I).search(self.rawdata, self.start_at + len(raw)):
+                    self.drop_raw = True
+                else:
+                    self.no_cdata = True
+            return
+        bad = any(self._bad_attr(tag, name.lower(), value or "") for name, value in attrs)
+        if not bad:
+            self.out.append(raw)
+            return
+        # rewrite the tag from its own text: the surviving attributes keep their spelling and case (SVG)
+        head = TAG_NAME.match(raw)
+        kept = [raw[: head.end()]] if head else [f"<{tag}"]
+        for m in ATTRIBUTE.finditer(raw, head.end() if head else 0):
+            name = m.group(1)
+            if not name or name in ("/", ">"):
+                continue
+            value = m.group(3)
+            if value and value[:1] == value[-1:] and value[:1] in "'\"":
+                value = value[1:-1]
+            if not self._bad_attr(tag, name.lower().lstrip("/"), html.unescape(value or "")):
+                kept.append(" " + m.group(0).strip())
+        kept.append(" />" if raw.rstrip().endswith("/>") else ">")
+        self.out.append("".join(kept))
+
+    @staticmethod
+    def _bad_attr(tag: str, name: str, value: str) -> bool:
+        name = name.strip("/ \t\n\r\f")
+        if name.startswith("on") or name in ACTIVE_ATTRS:
+            return True
+        if name in LINK_ATTRS or name.endswith(":href"):
+            return unsafe_url(value, image=(tag in ("img", "image") and name in ("src", "href", "xlink:href")))
+        if name == "style":
+            return bool(UNSAFE_STYLE.search(value))
+        if tag == "meta" or name == "http-equiv":
+            return True
+        return False
+
+    def handle_starttag(self, tag, attrs):
+        if not self.drop_raw:
+            self._tag(tag, attrs)
+
+    def handle_startendtag(self, tag, attrs):
+        if not self.drop_raw:
+            self._tag(tag, attrs)
+
+    def parse_endtag(self, i):
+        self.end_at = i
+        return super().parse_endtag(i)
+
+    def handle_endtag(self, tag):
+        if self.drop_raw:
+            if tag in RAW_TEXT:
+                self.drop_raw = False
+            return
+        if tag in ACTIVE_TAGS or ":" in tag:
+            return
+        gt = self.rawdata.find(">", self.end_at)   # the end tag as written (SVG's </linearGradient>)
+        raw = self.rawdata[self.end_at:gt + 1] if gt >= 0 else f"</{tag}>"
+        if TAG_NAME_MD.fullmatch(tag):
+            self.out.append(raw)
+        else:
+            self._odd_name(raw, "</")
+
+    def handle_data(self, data):
+        if not self.drop_raw:
+            self.out.append(data)
+
+    def handle_entityref(self, name):
+        if not self.drop_raw:
+            self.out.append(f"&{name};")
+
+    def handle_charref(self, name):
+        if not self.drop_raw:
+            self.out.append(f"&#{name};")
+
+    def handle_decl(self, decl):
+        pass
+
+    def handle_comment(self, data):
+        pass
+
+    def handle_pi(self, data):
+        pass
+
+    def unknown_decl(self, data):
+        pass
+
+
+def _surgery(text: str) -> str:
+    parser = _Surgeon()
+    parser.feed(text)
+    parser.close()
+    return "".join(parser.out)
+
+
+def clean_markdown(text: str) -> str:
+    """Markdown (or SVG) without active content, the rest of the text unchanged: no script, style,
+    iframe, object, embed, base, meta, form or SVG animation element, no ``on*`` handler, ``srcdoc`` or
+    ``formaction``, no dangerous URL in an attribute, a markdown link, a reference or an autolink.
+    Repeated until nothing changes, so removing one piece cannot assemble another
+    (``<scr<script></script>ipt>``)."""
+    for _ in range(10):
+        before = text
+        text = MD_AUTOLINK.sub(lambda m: html.escape(m.group(1)) if unsafe_url(html.unescape(m.group(1)))
+                               else m.group(0), text)
+        text = MD_LINK.sub(lambda m: m.group(1) + ("#" if _markdown_url_unsafe(m.group(2)) else m.group(2)), text)
+        text = MD_REFERENCE.sub(lambda m: m.group(1) + ("#" if _markdown_url_unsafe(m.group(2)) else m.group(2)),
+                                text)
+        text = _surgery(text)
+        if text == before:
+            return text
+    return html.escape(text)   # still changing after ten rounds: show it as text
+
+
+# ----------------------------------------------------------------------------- checked against the renderer
+ACTIVE_MARKUP = re.compile(r"<\s*/?\s*(?:script|style|iframe|frame|frameset|object|embed|applet|base|meta|link|form"
+                           r"|svg|math|template|noscript|textarea|xmp|plaintext|portal|input|button|select|noembed"
+                           r"|noframes|animate|set|handler|listener|foreignobject)(?![\w-])", re.I)
+HANDLER = re.compile(r"<[^>]*?[\s/\"'`]on[a-z]+\s*=", re.I)
+ACTIVE_URL = re.compile(r"(?:href|src|action|formaction|data|poster|background|srcdoc|cite|ping|xlink:href)=[\"'`]?"
+                        r"(?:javascript|vbscript|livescript|data(?!:image/(?:png|jpe?g|gif|webp|bmp|svg\+xml)[;,])):", re.I)
+STYLE_CODE = re.compile(r"style=[^>]*(?:expression|javascript|url\()", re.I)
+
+
+def looks_active(rendered: str) -> bool:
+    """Whether rendered HTML might hold active content: a conservative look (an honest page answers no;
+    a false alarm only means a student's HTML is shown as text), used to check :func:`clean_markdown`
+    against what nbconvert's markdown renderer really makes of its output."""
+    squeezed = URL_CONTROLS.sub("", html.unescape(rendered))
+    return bool(ACTIVE_MARKUP.search(rendered) or HANDLER.search(rendered) or ACTIVE_URL.search(squeezed)
+                or STYLE_CODE.search(squeezed))
+
+
+def _render_markdown(text: str, attachments: dict | None) -> str | None:
+    """nbconvert's rendering of a markdown cell (as its HTML exporter does), or None if it fails."""
+    try:
+        from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+
+        return MarkdownWithMath(renderer=IPythonRenderer(escape=False, attachments=attachments or {})).render(text)
+    except Exception:  # noqa: BLE001 - no nbconvert, or a notebook it cannot render (reported when the page is)
+        return None
+
+
+def safe_markdown(text: str, attachments: dict | None = None) -> str:
+    """:func:`clean_markdown`, checked against nbconvert's own markdown renderer: markdown and
+    html.parser do not always agree on where a tag starts (``<img src=x y<script>``), so when the
+    rendered cell still :func:`looks_active`, every ``<`` of the cell is escaped (its HTML is shown as
+    text); should even that render as active (a link), the cell becomes an indented code block."""
+    cleaned = clean_markdown(text)
+    rendered = _render_markdown(cleaned, attachments)
+    if rendered is None or not looks_active(rendered):
+        return cleaned
+    escaped = clean_markdown(cleaned.replace("<", "&lt;"))
+    rendered = _render_markdown(escaped, attachments)
+    if rendered is not None and not looks_active(rendered):
+        return escaped
+    return "\n".join("    " + line for line in text.splitlines())

@@ -1,0 +1,107 @@
+"""nbgrader's own commands with the pack's configuration (grader/nbgrader_config.py, what formgrader's
+buttons run) give the same release and the same grades as ``python -m grader`` (issue #21)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures.hostile import build, grader_cli, write_inbox
+from grader import GRADER_DIR, ROOT
+from grader.course import nbgrader_env
+
+STEM = "task1_infonce"
+NOTEBOOKS = sorted(p.stem for p in (ROOT / "solutions" / "ex01").glob("*.ipynb"))
+
+
+def _plain_nbgrader(grading: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """``nbgrader ARGS`` exactly as a TA (or formgrader) runs it: from grader/, reading its config."""
+    env = nbgrader_env({"LAS_GRADING_DIR": str(grading)})
+    return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=GRADER_DIR, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _sources(path: Path) -> list[tuple[str, str]]:
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return [(c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"]) for c in cells]
+
+
+def test_generate_assignment_gives_the_committed_release(tmp_path):
+    """`nbgrader generate_assignment` (formgrader's Generate) on a fresh clone: no database error, and
+    the release it writes equals `python -m grader release` in every cell's source: no rubric."""
+    grading = tmp_path / "grading"     # does not exist yet: the config creates it
+    out = tmp_path / "release"
+    proc = _plain_nbgrader(grading, "generate_assignment", "ex01", "--force",
+                           f"--CourseDirectory.release_directory={out}")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    for stem in NOTEBOOKS:
+        got, want = _sources(out / "ex01" / f"{stem}.ipynb"), _sources(ROOT / "notebooks" / "ex01" / f"{stem}.ipynb")
+        assert got == want, f"{stem}: plain nbgrader's release differs from the committed one"
+        assert "**Rubric" not in json.dumps(got)
+
+
+DISPLAYHOOK_STUB = '''
+import sys
+def {sig}:
+    sys.displayhook("ok")
+    raise NotImplementedError()
+'''
+
+
+def _scores(grading: Path, students) -> dict[str, float]:
+    """student -> autograded (code) points of Task 1 in the gradebook."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{grading / 'gradebook.db'}") as gb:
+        return {s: float(gb.find_submission_notebook(STEM, "ex01", s).code_score) for s in students}
+
+
+@pytest.mark.slow
+def test_plain_nbgrader_autograde_gives_the_judges_points(tmp_path):
+    """Hostile and honest Task 1 submissions graded twice, by `nbgrader autograde` through the pack's
+    config and by `python -m grader autograde`: the same points for every student, the judge's report
+    under each test cell of nbgrader's autograded copy, and a stub that calls sys.displayhook gets 0."""
+    from grader.mutants import student_copy
+
+    release = json.loads((ROOT / "notebooks" / "ex01" / f"{STEM}.ipynb").read_text())
+    solution = json.loads((ROOT / "solutions" / "ex01" / f"{STEM}.ipynb").read_text())
+    everything = build(release, solution)
+    subs = {k: everything[k] for k in ("wrong_nce", "everyday_modules")}
+    hooked = copy.deepcopy(release)
+    for cell in hooked["cells"]:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid == "info_nce_loss":
+            cell["source"] = DISPLAYHOOK_STUB.format(sig="info_nce_loss(scores, positive_index=0)")
+    subs["displayhook_stub"] = hooked
+    assert student_copy  # the fixtures above are built from the solution the same way
+    write_inbox(tmp_path / "inbox", subs, STEM)
+    results = {}
+    for way in ("nbgrader", "pack"):
+        grading = tmp_path / way
+        proc = grader_cli(grading, ROOT / "solutions" / "ex01", "collect", str(tmp_path / "inbox"))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        if way == "nbgrader":   # formgrader's Generate, then its Autograde button (one student at a time)
+            proc = _plain_nbgrader(grading, "generate_assignment", "ex01", "--force",
+                                   f"--CourseDirectory.release_directory={tmp_path / 'release'}")
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            proc = _plain_nbgrader(grading, "autograde", "ex01", "--force")
+        else:
+            proc = grader_cli(grading, ROOT / "solutions" / "ex01", "autograde", "--workers=2")
+        assert proc.returncode == 0, f"{way}: {proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+        results[way] = _scores(grading, sorted(subs))
+    assert results["nbgrader"] == pytest.approx(results["pack"]), results
+    assert results["nbgrader"]["displayhook_stub"] == 0.0
+    assert results["nbgrader"]["everyday_modules"] == pytest.approx(11.0)
+    assert 0 < results["nbgrader"]["wrong_nce"] < 11.0   # partial credit, as the judge gives it
+    graded = json.loads((tmp_path / "nbgrader" / "autograded" / "wrong_nce" / "ex01" / f"{STEM}.ipynb").read_text())
+    reports = ["".join(o.get("text", "")) for c in graded["cells"] for o in c.get("outputs", [])
+               if o.get("output_type") == "stream"]
+    assert any("Autograder:" in r and "[FAIL]" in r for r in reports), "no per-case report in nbgrader's copy"
+    status = json.loads((tmp_path / "nbgrader" / "status" / "displayhook_stub.json").read_text())
+    assert status["notebooks"][STEM]["judge"]["score"] == 0.0
