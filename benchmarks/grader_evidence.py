@@ -65,7 +65,7 @@ def fixtures() -> dict:
         started = time.perf_counter()
         rcs = {"collect": cli("collect", str(tmp / "inbox")).returncode}
         rcs["autograde"] = cli("autograde", "--workers=2", f"--timeout={CELL_TIMEOUT}", f"--mem-gb={MEM_GB}",
-                               "--notebook-timeout=600").returncode
+                               "--notebook-timeout=180").returncode
         rcs["export"] = cli("export").returncode
         wall = time.perf_counter() - started
         with open(course.grading / "grades.csv", newline="") as f:

@@ -42,7 +42,7 @@ def batch(tmp_path_factory):
     runs = {"collect": grader_cli(grading, source, "collect", str(tmp / "inbox"))}
     started = time.monotonic()
     runs["autograde"] = grader_cli(grading, source, "autograde", "--workers=2", f"--timeout={CELL_TIMEOUT}",
-                                   f"--mem-gb={MEM_GB}", "--notebook-timeout=600")
+                                   f"--mem-gb={MEM_GB}", "--notebook-timeout=180")
     seconds = time.monotonic() - started
     runs["export"] = grader_cli(grading, source, "export")
     runs["feedback"] = grader_cli(grading, source, "feedback")
