@@ -166,24 +166,29 @@ def _single_thread() -> None:
         pass
 
 
+def _run_probe(probe, names: dict, not_run: list, seed: int):
+    """Seed torch, NumPy and ``random`` with the case's seed and run the probe on the loaded notebook;
+    its value, or the Raised record of what it raised."""
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.manual_seed(seed)
+    np.random.seed(seed % (2 ** 32))
+    random.seed(seed)
+    try:
+        return probe.fn(Namespace(names, not_run), torch.Generator().manual_seed(seed))
+    except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are evidence too
+        return raised(exc)
+
+
 def _case_child(probe, names: dict, not_run: list, seed: int, write_fd: int) -> None:
     """In a forked case process: run one probe on the loaded notebook, send back the encoded value."""
     try:
         _single_thread()
-        import random
-
-        import numpy as np
-        import torch
-
-        torch.manual_seed(seed)
-        np.random.seed(seed % (2 ** 32))
-        random.seed(seed)
-        gen = torch.Generator().manual_seed(seed)
         started = time.monotonic()
-        try:
-            value = probe.fn(Namespace(names, not_run), gen)
-        except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are evidence too
-            value = raised(exc)
+        value = _run_probe(probe, names, not_run, seed)
         _send(write_fd, {"case": probe.name, "value": encode(value), "seconds": round(time.monotonic() - started, 3)})
     finally:
         os._exit(0)
@@ -222,7 +227,7 @@ def _loader(cells: list[dict], names: dict, cases: list, seeds: dict, timeouts: 
             left = load_seconds - (time.monotonic() - started)
             limit = min(statement_seconds, left)
             if left <= 0:
-                if not _is_definition_only(stmt):
+                if not stmt.definition:
                     not_run.append(not_run_entry(stmt, "was not run: the top-level code before it used up the "
                                                  f"grader's {load_seconds:g} s for loading a notebook", "budget"))
                     continue
@@ -240,18 +245,7 @@ def _loader(cells: list[dict], names: dict, cases: list, seeds: dict, timeouts: 
                 timeout = min(timeout, FAST_FAIL)
             _send(send_fd, {"k": "case_start", "case": probe.name})
             if isolate == "variant":
-                try:
-                    import random
-
-                    import numpy as np
-                    import torch
-
-                    torch.manual_seed(seeds[probe.name])
-                    np.random.seed(seeds[probe.name] % (2 ** 32))
-                    random.seed(seeds[probe.name])
-                    value = probe.fn(Namespace(names, not_run), torch.Generator().manual_seed(seeds[probe.name]))
-                except BaseException as exc:  # noqa: BLE001
-                    value = raised(exc)
+                value = _run_probe(probe, names, not_run, seeds[probe.name])
                 _send(send_fd, {"k": "case", "case": probe.name, "status": "ok", "value": encode(value)})
                 continue
             read_fd, write_fd = os.pipe()
@@ -277,12 +271,6 @@ def _loader(cells: list[dict], names: dict, cases: list, seeds: dict, timeouts: 
         _send(send_fd, {"k": "end"})
     finally:
         os._exit(0)
-
-
-def _is_definition_only(stmt) -> bool:
-    """A def, class or import: still loaded (2 s each) after the loading budget is used up."""
-    first = stmt.text.lstrip()
-    return first.startswith(("def ", "async def ", "class ", "import ", "from ", "@"))
 
 
 def _read_child(pid: int, read_fd: int, timeout: float, limit: int) -> tuple[str, bytes]:

@@ -77,6 +77,7 @@ class Statement:
     text: str
     binds: tuple
     code: object = None
+    definition: bool = False   # a def, class or import: cheap to run, still loaded past the budget
 
     def where(self) -> str:
         return f"line {self.line} of cell `{self.cell}`, `{self.text}`"
@@ -157,7 +158,9 @@ def statements(source: str, label: str) -> tuple[list[Statement], str]:
     for node in tree.body:
         binds: list = []
         _bound_names(node, binds)
-        stmt = Statement(label, node.lineno, _first_line(python, node), tuple(dict.fromkeys(binds)))
+        stmt = Statement(label, node.lineno, _first_line(python, node), tuple(dict.fromkeys(binds)),
+                         definition=isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                                      ast.Import, ast.ImportFrom)))
         try:
             stmt.code = compile(ast.Module(body=[node], type_ignores=[]), label, "exec")
         except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:

@@ -141,3 +141,23 @@ def all_of(*checks):
             c(got, ref)
 
     return check
+
+
+GLOBAL_STATES = {"torch": "torch's global random state (a draw without generator=, or a torchvision Random* "
+                          "transform, which draws from it even with p=1)",
+                 "numpy": "NumPy's global random state (np.random)",
+                 "random": "Python's global random state (the random module)"}
+
+
+def global_states_moved(got, ref, check_result, names: dict | None = None) -> list[str]:
+    """For a probe that returned ``{"result", "before", "after"}`` (grader.probes.with_global_state):
+    check the call's result with ``check_result(result, reference_result)`` and return the global
+    random states (torch, NumPy, Python; described by ``names``) the call changed."""
+    if not isinstance(got, dict) or not {"result", "before", "after"} <= set(got):
+        raise AssertionError(f"it {_describe(got)}")
+    check_result(got["result"], ref["result"])
+    before, after = got["before"], got["after"]
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        raise AssertionError("the global random states could not be read back")
+    return [what for key, what in (names or GLOBAL_STATES).items()
+            if before.get(key) is None or before.get(key) != after.get(key)]

@@ -29,7 +29,7 @@ from scipy.stats import multivariate_normal
 from grader.evidence import Raised
 from grader.judge import Case
 
-from ._common import _describe, raises, same
+from ._common import _describe, global_states_moved, raises, same
 
 DTYPE = torch.float64
 
@@ -299,15 +299,9 @@ def check_generator(got, ref) -> None:
 def check_global_state(got, ref) -> None:
     """The call returned (estimate, standard_error) and left the global random states of torch, NumPy and
     Python as they were: every mask was drawn with the given generator."""
-    if not isinstance(got, dict) or not {"result", "before", "after"} <= set(got):
-        raise AssertionError(f"it {_describe(got)}")
-    _estimate_pair(got["result"], "the call")
-    before, after = got["before"], got["after"]
-    if not isinstance(before, dict) or not isinstance(after, dict):
-        raise AssertionError("the global random states could not be read back")
     names = {"torch": "torch's global random state (torch.randperm without generator=)",
              "numpy": "NumPy's global random state (np.random)", "random": "Python's global random state"}
-    moved = [what for key, what in names.items() if before.get(key) is None or before.get(key) != after.get(key)]
+    moved = global_states_moved(got, ref, lambda g, r: _estimate_pair(g, "the call"), names)
     if moved:
         raise AssertionError(f"the call drew from {' and '.join(moved)}: draw the masks with the `generator` "
                              "argument (torch.randperm(D, generator=generator))")

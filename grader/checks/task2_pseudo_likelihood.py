@@ -21,7 +21,7 @@ import torch
 from grader.evidence import Raised
 from grader.judge import Case
 
-from ._common import _describe, raises, same
+from ._common import _describe, global_states_moved, raises, same
 
 _SIGMAS = 5.0  # statistical tolerance of every Monte-Carlo check
 
@@ -187,23 +187,10 @@ def other_seeds_differ(got, ref) -> None:
                              "`generator`, not from a generator of your own seeded with a fixed number")
 
 
-_GLOBAL_STATES = {"torch": "torch's global random state (a draw without generator=, or a torchvision Random* "
-                           "transform, which draws from it even with p=1)",
-                  "numpy": "NumPy's global random state (np.random)",
-                  "random": "Python's global random state (the random module)"}
-
-
 def global_state_untouched(got, ref) -> None:
     """The call succeeded (a result of the reference's shape and dtype) and left the global random
     states of torch, NumPy and Python as they were: every draw came from the given generator."""
-    if not isinstance(got, dict) or not {"result", "before", "after"} <= set(got):
-        raise AssertionError(f"it {_describe(got)}")
-    _like_reference(got["result"], ref["result"], "the call")
-    before, after = got["before"], got["after"]
-    if not isinstance(before, dict) or not isinstance(after, dict):
-        raise AssertionError("the global random states could not be read back")
-    moved = [what for key, what in _GLOBAL_STATES.items()
-             if before.get(key) is None or before.get(key) != after.get(key)]
+    moved = global_states_moved(got, ref, lambda g, r: _like_reference(g, r, "the call"))
     if moved:
         raise AssertionError(f"the call drew from {' and '.join(moved)}; draw every random number from the given "
                              "`generator`")

@@ -25,7 +25,7 @@ from torch import nn
 from grader.evidence import Raised
 from grader.judge import Case
 
-from ._common import _describe, raises, same
+from ._common import _describe, global_states_moved, raises, same
 
 _SOLUTION = Path(__file__).resolve().parents[2] / "solutions" / "ex01" / "taskA_simclr.ipynb"
 _FUNCTION_CELLS = ("random_resized_crop_flip", "colour_distort", "augment_batch", "nt_xent_loss_loop", "nt_xent_loss",
@@ -117,25 +117,16 @@ def _reproducible(got, ref) -> None:
                              "`generator`")
 
 
-_GLOBAL_STATES = {"torch": "torch's global random state (a draw without generator=, or a torchvision Random* "
-                           "transform, which draws from it even with p=1)",
-                  "numpy": "NumPy's global random state (np.random)",
-                  "random": "Python's global random state (the random module)"}
+def _result_like(got, ref) -> None:
+    if isinstance(got, Raised):
+        raise AssertionError(f"the call raised {got}")
+    _like(got, ref, "the call")
 
 
 def global_state_untouched(got, ref) -> None:
     """The call returned a tensor of the reference's shape and dtype and left the global random states of
     torch, NumPy and Python as they were: every random number came from the given generator."""
-    if not isinstance(got, dict) or not {"result", "before", "after"} <= set(got):
-        raise AssertionError(f"it {_describe(got)}")
-    if isinstance(got["result"], Raised):
-        raise AssertionError(f"the call raised {got['result']}")
-    _like(got["result"], ref["result"], "the call")
-    before, after = got["before"], got["after"]
-    if not isinstance(before, dict) or not isinstance(after, dict):
-        raise AssertionError("the global random states could not be read back")
-    moved = [what for key, what in _GLOBAL_STATES.items()
-             if before.get(key) is None or before.get(key) != after.get(key)]
+    moved = global_states_moved(got, ref, _result_like)
     if moved:
         raise AssertionError(f"the call drew from {' and '.join(moved)}; draw every random number with `generator`")
 
