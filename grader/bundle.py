@@ -44,7 +44,7 @@ BUNDLE_NAME = f"{ASSIGNMENT}-student"
 CONFIG = GRADER_DIR / "bundle.toml"
 TEMPLATES = GRADER_DIR / "bundle_files"
 #: The test tools are staff-only; students get everything else the notebooks import, pinned.
-STAFF_ONLY_REQUIREMENTS = ("pytest", "pytest-xdist")
+STAFF_ONLY_REQUIREMENTS = ("pytest", "pytest-xdist", "playwright")
 #: nbgrader's JupyterLab plugins a student should not see (course and assignment lists need a
 #: configured exchange; formgrader and create-assignment are for instructors).
 HIDDEN_NBGRADER_PLUGINS = ("assignment-list", "course-list", "formgrader", "create-assignment")

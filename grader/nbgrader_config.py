@@ -26,7 +26,8 @@ if str(ROOT) not in sys.path:
 c.CourseDirectory.root = str(ROOT)
 c.CourseDirectory.course_id = "learning-at-scale"
 c.CourseDirectory.source_directory = "solutions"
-c.CourseDirectory.release_directory = "notebooks"
+# The release goes to notebooks/ (committed); a test points formgrader's *Generate* elsewhere.
+c.CourseDirectory.release_directory = os.environ.get("LAS_RELEASE_DIR", "notebooks")
 c.CourseDirectory.submitted_directory = str(GRADING / "submitted")
 c.CourseDirectory.autograded_directory = str(GRADING / "autograded")
 c.CourseDirectory.feedback_directory = str(GRADING / "feedback")
