@@ -59,6 +59,12 @@ def info_nce_loss(scores, positive_index=0):
 '''
 
 
+#: markup in a written answer that would run in the TA's browser if formgrader rendered it raw
+XSS = ('\n\n<img src="x" onerror="window.top.__las_pwned = 1">'
+       '<script>window.top.__las_pwned = 1</script>'
+       '<a href="javascript:window.top.__las_pwned=1" id="las-js-link">click</a>\n')
+
+
 def _class(tmp_path: Path) -> dict[str, dict]:
     """A small class, as folders an LMS would hand over: a correct answer in everyday style, a
     wrong NCE loss (partial credit) and a stub that fools the visible tests (0 from the judge)."""
@@ -73,6 +79,10 @@ def _class(tmp_path: Path) -> dict[str, dict]:
         if (cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id") == "info_nce_loss":
             cell["source"] = DISPLAYHOOK_STUB
     students["carol"] = stub
+    # bob's written answer also tries to run script in the TA's browser: the manual-grading view must not
+    for cell in students["bob"]["cells"]:
+        if (cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id") == "answer_a":
+            cell["source"] = "".join(cell["source"]) + XSS
     for student, nb in students.items():
         folder = tmp_path / "inbox" / student / "ex01"
         folder.mkdir(parents=True)
@@ -229,6 +239,8 @@ def _drive(page, lab: Lab, students: dict, grading: Path, release: Path) -> None
     assert "[FAIL]" in text and "[PASS]" in text, "no per-case report in formgrader's manual-grading view"
     assert "Rubric: answer_a" in text, "the rubric is not under the written answer"
     page.screenshot(path=str(SHOTS / "04-manual-grading.png"), full_page=True)
+    assert page.evaluate("window.__las_pwned") is None, "a student's markup ran script in the TA's browser"
+    assert frame.locator("a[href^='javascript:']").count() == 0, "a javascript: link survived in formgrader"
     frame.get_by_text("Rubric: ").first.scroll_into_view_if_needed()
     page.screenshot(path=str(SHOTS / "05-rubric-under-answer.png"))
     frame.get_by_text("[FAIL]").first.scroll_into_view_if_needed()
