@@ -43,11 +43,15 @@ from .tiers import is_rubric
 BUNDLE_NAME = f"{ASSIGNMENT}-student"
 CONFIG = GRADER_DIR / "bundle.toml"
 TEMPLATES = GRADER_DIR / "bundle_files"
-#: The test tools are staff-only; students get everything else the notebooks import, pinned.
-STAFF_ONLY_REQUIREMENTS = ("pytest", "pytest-xdist", "playwright")
+#: Staff-only: the test tools, and lm-evaluation-harness and datasets (only the tests and benchmarks
+#: compare against them; lm_eval also pulls sqlitedict, an sdist whose build prints setuptools warnings
+#: during the student's install). Students get everything else the notebooks import, pinned.
+STAFF_ONLY_REQUIREMENTS = ("pytest", "pytest-xdist", "playwright", "lm_eval", "datasets")
 #: nbgrader's JupyterLab plugins a student should not see (course and assignment lists need a
 #: configured exchange; formgrader and create-assignment are for instructors).
-HIDDEN_NBGRADER_PLUGINS = ("assignment-list", "course-list", "formgrader", "create-assignment")
+HIDDEN_NBGRADER_PLUGINS = ("assignment-list", "course-list", "formgrader", "create-assignment", "menu")
+#: ... and their server halves (formgrader's would warn that the course root is not under the server root)
+HIDDEN_NBGRADER_SERVER_EXTENSIONS = ("formgrader", "assignment_list", "course_list")
 #: The line of every setup cell that the bundle rewrites (see :func:`stamp_pack_url`).
 PACK_URL_LINE = re.compile(r'^(?P<indent>\s*)PACK_URL = "[^"\n]*"', re.MULTILINE)
 #: Data that never ships: CIFAR-10 (the students' own download) and caches.
@@ -163,6 +167,13 @@ def _page_config() -> str:
     return json.dumps({"disabledExtensions": disabled}, indent=2) + "\n"
 
 
+def _server_config() -> str:
+    """jupyter_server config for the student's JupyterLab: no instructor or exchange server extensions
+    (the Validate button's extension stays)."""
+    off = {f"nbgrader.server_extensions.{name}": False for name in HIDDEN_NBGRADER_SERVER_EXTENSIONS}
+    return json.dumps({"ServerApp": {"jpserver_extensions": off}}, indent=2) + "\n"
+
+
 def build_bundle(out: Path | None = None, *, pack_url: str | None = None,
                  config: BundleConfig | None = None) -> tuple[Path, Path]:
     """Write the student bundle. Returns ``(folder, zip)``: ``out/ex01-student`` and its zip.
@@ -190,9 +201,13 @@ def build_bundle(out: Path | None = None, *, pack_url: str | None = None,
             target.write_text(text.replace("{{BUNDLE_NAME}}", BUNDLE_NAME).replace("{{ASSIGNMENT}}", ASSIGNMENT),
                               encoding="utf-8")
     (folder / "pack.sh").chmod(0o755)
+    # read by JupyterLab through JUPYTER_CONFIG_PATH, which pack.sh points at jupyter/
     labconfig = folder / "jupyter" / "labconfig"
     labconfig.mkdir(parents=True)
     (labconfig / "page_config.json").write_text(_page_config(), encoding="utf-8")
+    server = folder / "jupyter" / "jupyter_server_config.d"
+    server.mkdir(parents=True)
+    (server / "learning-at-scale-student.json").write_text(_server_config(), encoding="utf-8")
 
     found = leaks(folder)
     if found:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
 import textwrap
 import tomllib
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -304,22 +306,7 @@ def test_validate_in_the_bundle_shows_the_graders_view(built, tmp_path):
     exits non-zero; a notebook the grader runs entirely gets "ok"."""
     from grader.mutants import student_copy
 
-    folder, _ = built
-    copy = tmp_path / "bundle"
-    shutil.copytree(folder, copy)
-    python = _fresh_venv(tmp_path / "venv")
-    env = _env(tmp_path)
-    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-e", "."],
-                             cwd=copy, env=env, capture_output=True, text=True)
-    assert install.returncode == 0, install.stdout + install.stderr
-    # pack.sh's own environment: the fresh one, already set up (its stamp), with nbgrader's script
-    (copy / ".venv").symlink_to(tmp_path / "venv", target_is_directory=True)
-    want = subprocess.run("cat requirements.txt pyproject.toml | sha256sum | cut -c1-16", shell=True, cwd=copy,
-                          capture_output=True, text=True, check=True).stdout.strip()
-    (tmp_path / "venv" / f".pack-env-{want}").touch()
-    shim = tmp_path / "venv" / "bin" / "nbgrader"
-    shim.write_text(f'#!/bin/sh\nexec "{python}" -m nbgrader "$@"\n')
-    shim.chmod(0o755)
+    copy, env = _bundle_with_env(built, tmp_path)
     release = json.loads((REPO / "notebooks" / "ex01" / "task1_infonce.ipynb").read_text())
     solution = json.loads((REPO / "solutions" / "ex01" / "task1_infonce.ipynb").read_text())
     good = student_copy(release, solution)
@@ -330,11 +317,199 @@ def test_validate_in_the_bundle_shows_the_graders_view(built, tmp_path):
     nbdir = copy / "notebooks" / "ex01"
     (nbdir / "task1_infonce.ipynb").write_text(json.dumps(bad))
     (nbdir / "good_task1.ipynb").write_text(json.dumps(good))
-    proc = subprocess.run(["./pack.sh", "validate", "notebooks/ex01/task1_infonce.ipynb", "notebooks/ex01/good_task1.ipynb"],
+    (nbdir / "unfilled_task1.ipynb").write_text(json.dumps(release))
+    proc = subprocess.run(["./pack.sh", "validate", "notebooks/ex01/task1_infonce.ipynb",
+                           "notebooks/ex01/unfilled_task1.ipynb", "notebooks/ex01/good_task1.ipynb"],
                           cwd=copy, env=env, capture_output=True, text=True, timeout=900)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     assert "line 2 of your cell `n_pair_loss`, `_seen = gen.initial_seed()`" in out, out[-3000:]
     assert "test cell `test_n_pair_loss` fails" in out and "name 'gen' is not defined" in out, out[-3000:]
-    tail = proc.stdout.strip().splitlines()[-2:]
-    assert tail[0].startswith("FAILED  task1_infonce.ipynb") and tail[1].startswith("ok  good_task1.ipynb"), tail
+    # the unfilled notebook: one line per problem, each cell named (nbgrader alone prints ~200 lines)
+    unfilled = [line for line in out.splitlines() if line.startswith("unfilled_task1.ipynb:")]
+    assert "unfilled_task1.ipynb: nbgrader: written answer `answer_a` is still empty" in unfilled, unfilled
+    assert any("`test_info_nce_loss` stops at NotImplementedError" in line for line in unfilled), unfilled
+    assert len(unfilled) <= 15, unfilled
+    tail = proc.stdout.strip().splitlines()[-3:]
+    assert tail[0].startswith("FAILED  task1_infonce.ipynb"), tail
+    assert tail[1].startswith("FAILED  unfilled_task1.ipynb"), tail
+    assert tail[2].startswith("ok  good_task1.ipynb"), tail
+    # a solved notebook alone: exit 0 and its one verdict line
+    proc = subprocess.run(["./pack.sh", "validate", "notebooks/ex01/good_task1.ipynb"],
+                          cwd=copy, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert proc.stdout.strip().splitlines()[-1].startswith("ok  good_task1.ipynb"), proc.stdout[-2000:]
+
+
+JUPYTER_SHIM = '''#!/bin/sh
+# the fresh test environment has the borrowed packages but not their console scripts
+if [ "$1" = lab ]; then shift; exec "{python}" -m jupyterlab "$@"; fi
+exec "{python}" -m jupyter "$@"
+'''
+
+
+def _bundle_with_env(built, tmp_path: Path) -> tuple[Path, dict]:
+    """A copy of the bundle whose `.venv` is a fresh environment, already set up (pack.sh's stamp),
+    with `jupyter` and `nbgrader` shims; and the environment to run its pack.sh in."""
+    folder, _ = built
+    copy = tmp_path / "bundle"
+    shutil.copytree(folder, copy)
+    python = _fresh_venv(tmp_path / "venv")
+    env = _env(tmp_path)
+    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-e", "."],
+                             cwd=copy, env=env, capture_output=True, text=True)
+    assert install.returncode == 0, install.stdout + install.stderr
+    (copy / ".venv").symlink_to(tmp_path / "venv", target_is_directory=True)
+    want = subprocess.run("cat requirements.txt pyproject.toml | sha256sum | cut -c1-16", shell=True, cwd=copy,
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / "venv" / f".pack-env-{want}").touch()
+    for name, text in (("nbgrader", f'#!/bin/sh\nexec "{python}" -m nbgrader "$@"\n'),
+                       ("jupyter", JUPYTER_SHIM.format(python=python))):
+        shim = tmp_path / "venv" / "bin" / name
+        shim.write_text(text)
+        shim.chmod(0o755)
+    return copy, env
+
+
+@pytest.mark.slow
+def test_student_lab_opens_at_the_bundle_root_with_no_instructor_menus(built, tmp_path):
+    """`./pack.sh lab` in a bundle unpacked outside the repository, clicked in headless Chromium: the
+    server's root is the bundle (README.md and data/ in reach), the file browser opens at the
+    notebooks, no nbgrader warning in the log, no "Nbgrader" menu (an empty one was left before), and
+    the notebook's Validate button is there."""
+    import secrets
+
+    from browser import CHROMIUM, CHROMIUM_ARGS, Server, free_port, lab_settings, playwright_or_skip
+
+    api = playwright_or_skip()
+    copy, env = _bundle_with_env(built, tmp_path)
+    # nbgrader's JupyterLab extension lives in the pack's environment's share/jupyter
+    env["JUPYTER_PATH"] = str(Path(sys.prefix) / "share" / "jupyter")
+    env["JUPYTER_RUNTIME_DIR"] = str(tmp_path / "runtime")
+    port, token = free_port(), secrets.token_hex(16)
+    server = Server(["./pack.sh", "lab", "--no-browser", "--allow-root", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+                     f"--IdentityProvider.token={token}",
+                     f"--LabApp.user_settings_dir={lab_settings(tmp_path / 'lab-settings')}",
+                     f"--LabApp.workspaces_dir={tmp_path / 'lab-workspaces'}"],
+                    cwd=copy, env=env, log=tmp_path / "lab.log", port=port, token=token)
+    try:
+        with urllib.request.urlopen(f"{server.url}/api/contents?token={token}") as response:
+            root = {item["name"] for item in json.load(response)["content"]}
+        assert {"README.md", "data", "notebooks", "utils"} <= root, f"the server's root is not the bundle: {root}"
+        with api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            try:
+                page.goto(f"{server.url}/?token={token}")
+                page.wait_for_selector("#jp-main-dock-panel", timeout=90_000)
+                listing = page.locator(".jp-DirListing-itemText")
+                listing.filter(has_text="task1_infonce.ipynb").first.wait_for(timeout=30_000)
+                assert "/lab/tree/notebooks/ex01" in page.url, page.url
+                menus = page.locator(".lm-MenuBar-itemLabel").all_inner_texts()
+                assert "File" in menus and "Nbgrader" not in menus, f"menus: {menus}"
+                listing.filter(has_text="task1_infonce.ipynb").first.dblclick()
+                page.get_by_role("button", name="Validate").first.wait_for(timeout=60_000)
+            finally:
+                browser.close()
+        log = server.tail(100_000)
+        assert "not a subdirectory of the notebook server root" not in log, log[-3000:]
+        assert "formgrader" not in log.lower(), "the instructor's server extension was loaded:\n" + log[-3000:]
+    finally:
+        server.stop()
+
+
+FAKE_PYTHON = '''#!/bin/sh
+echo "$@" >> "{log}"
+'''
+
+
+@pytest.mark.parametrize("variant", ["", "cpu"])
+def test_env_installs_the_pins_and_cpu_only_torch_on_request(built, tmp_path, variant):
+    """`./pack.sh env` installs the pinned requirements; `./pack.sh env cpu` first takes the same
+    pinned torch and torchvision from PyTorch's CPU-only index (no CUDA libraries). The pip calls are
+    recorded by a stand-in interpreter, so nothing is downloaded."""
+    folder, _ = built
+    copy = tmp_path / "bundle"
+    shutil.copytree(folder, copy)
+    log = tmp_path / "pip-calls.txt"
+    fake = copy / ".venv" / "bin" / "python"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(FAKE_PYTHON.format(log=log))
+    fake.chmod(0o755)
+    proc = subprocess.run(["./pack.sh", "env", *([variant] if variant else [])], cwd=copy, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "6.3 GB" in proc.stdout, "pack.sh must say the measured size before installing"
+    calls = log.read_text().splitlines()
+    pins = {line.split("==")[0]: line.split()[0] for line in (copy / "requirements.txt").read_text().splitlines()
+            if "==" in line and not line.startswith("#")}
+    cpu_calls = [c for c in calls if "download.pytorch.org/whl/cpu" in c]
+    if variant == "cpu":
+        assert len(cpu_calls) == 1 and cpu_calls[0].split()[-2:] == [pins["torch"], pins["torchvision"]], calls
+        assert calls.index(cpu_calls[0]) < next(i for i, c in enumerate(calls) if "-r requirements.txt" in c), calls
+    else:
+        assert not cpu_calls, calls
+    assert any(c.endswith("install --quiet -r requirements.txt") for c in calls), calls
+    assert any(c.endswith("install --quiet --no-deps -e .") for c in calls), calls
+    assert not [p for p in pins if p in ("lm_eval", "datasets", "pytest", "playwright")], "staff-only pins shipped"
+
+
+#: a reference to a file (a name with a known suffix, maybe behind folders) or to a folder ("data/")
+PATH_REF = re.compile(r"(?<![\w/.$~@:\"'-])((?:[\w.-]+/)*[\w.-]+\.(?:py|ipynb|md|sh|yml|yaml|toml|txt|json|csv)"
+                      r"|(?:[\w.-]+/)+)(?![\w/(])")
+URL = re.compile(r"\w+://\S+")
+#: what the student downloads (CIFAR-10, a hub model's config.json) or running makes (build/.../results.csv)
+THEIRS = ("cifar-10-batches-py", "config.json", "results.csv")
+#: a reference to a file the student does not have must say whose it is
+LECTURERS = "course repository"
+
+
+def _student_texts(folder: Path):
+    """(name, text) of everything a student reads: the README files, the install files, pack.sh and
+    every cell of every notebook."""
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.suffix == ".ipynb":
+            for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+                src = cell["source"]
+                yield f"{rel} cell {i}", "".join(src) if isinstance(src, list) else src
+        elif path.name in ("README.md", "requirements.txt", "environment.yml", "pack.sh"):
+            yield rel, path.read_text(encoding="utf-8")
+
+
+def missing_references(folder: Path) -> list[str]:
+    """References in the student's texts to files or folders the bundle lacks, unless the same
+    paragraph says they are in the course repository. Outputs the pack creates (build/, .venv/) and
+    names found anywhere in the bundle count as present."""
+    names = {p.name for p in folder.rglob("*")}
+    found = []
+    for where, text in _student_texts(folder):
+        for paragraph in URL.sub(" ", text).split("\n\n"):
+            for match in PATH_REF.finditer(paragraph):
+                ref = match.group(1)
+                parts = [p for p in ref.split("/") if p]
+                if ref.endswith("/") and not any(len(p) >= 3 and re.search("[a-z]", p) for p in parts):
+                    continue   # "C/" of a formula, not a folder
+                if parts[0] in ("build", ".venv", "~", "..") or any(p in THEIRS for p in parts):
+                    continue
+                if (folder / ref).exists() or ref.rstrip("/").split("/")[-1] in names:
+                    continue
+                if LECTURERS in paragraph[:match.start()]:
+                    continue
+                found.append(f"{where}: {ref}")
+    return found
+
+
+def test_the_student_is_never_pointed_at_a_file_the_bundle_lacks(built, tmp_path):
+    """Every file a student is told about is in the bundle, or the sentence says it is the course
+    repository's (issue #23: Task A sent students to benchmarks/ and tests/ they do not have)."""
+    folder, _ = built
+    assert missing_references(folder) == []
+    # the check itself finds such a reference, and accepts it once it is attributed
+    planted = tmp_path / "planted"
+    shutil.copytree(folder, planted)
+    readme = planted / "README.md"
+    readme.write_text(readme.read_text() + "\n\nRun `python benchmarks/simclr.py` to time it.\n")
+    assert missing_references(planted) == ["README.md: benchmarks/simclr.py"]
+    readme.write_text(readme.read_text().replace("Run `python", "In the course repository, run `python"))
+    assert missing_references(planted) == []

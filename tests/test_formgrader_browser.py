@@ -19,37 +19,23 @@ import json
 import os
 import secrets
 import shutil
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from browser import CHROMIUM, CHROMIUM_ARGS, Server, free_port, lab_settings, playwright_or_skip
 from fixtures.hostile import grader_cli
 from grader import GRADER_DIR, ROOT
 from grader.course import nbgrader_env
 
 STEM = "task1_infonce"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 SHOTS = ROOT / "build" / "test-output" / "formgrader"
-#: Chromium's flags on a machine with no network and no screen (as root, hence --no-sandbox).
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage"]
 AUTOGRADE_SECONDS = 400     # one student's Task 1 under the judge: ~30 s idle, more on a busy runner
 
-#: .ci/run sets it: there a missing browser fails the test instead of skipping it
-REQUIRED = os.environ.get("LAS_REQUIRE_BROWSER") == "1"
-NO_BROWSER = "no Chromium on this machine: `apt-get install chromium` (.ci/run does) to run the formgrader browser test"
-if REQUIRED:
-    assert CHROMIUM is not None, NO_BROWSER
-    import playwright.sync_api as playwright_api
-else:
-    playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (requirements.txt)")
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(CHROMIUM is None, reason=NO_BROWSER)]
+playwright_api = playwright_or_skip()
+pytestmark = pytest.mark.slow
 
 DISPLAYHOOK_STUB = '''
 import sys
@@ -90,52 +76,16 @@ def _class(tmp_path: Path) -> dict[str, dict]:
     return students
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Lab:
+def _lab(tmp_path: Path, grading: Path, release: Path) -> Server:
     """JupyterLab started from grader/ as a TA starts it, on a scratch grading folder and release."""
-
-    def __init__(self, tmp_path: Path, grading: Path, release: Path):
-        self.port, self.token = _free_port(), secrets.token_hex(16)
-        self.log = tmp_path / "lab.log"
-        settings = tmp_path / "lab-settings"
-        # no "get notified about Jupyter news?" pop-up over the screenshots
-        news = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
-        news.parent.mkdir(parents=True)
-        news.write_text('{"fetchNews": "false"}', encoding="utf-8")
-        env = nbgrader_env({**os.environ, "LAS_GRADING_DIR": str(grading), "LAS_RELEASE_DIR": str(release),
-                            "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")})
-        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={self.port}",
-               "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={ROOT}",
-               f"--IdentityProvider.token={self.token}", f"--LabApp.user_settings_dir={settings}",
-               f"--LabApp.workspaces_dir={tmp_path / 'lab-workspaces'}"]
-        self.proc = subprocess.Popen(cmd, cwd=GRADER_DIR, env=env, stdout=self.log.open("w"),
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            assert self.proc.poll() is None, "JupyterLab exited:\n" + self.tail()
-            try:
-                urllib.request.urlopen(f"{self.url}/api/status?token={self.token}", timeout=2)
-                return
-            except OSError:
-                time.sleep(0.5)
-        raise AssertionError("JupyterLab did not answer in 120 s:\n" + self.tail())
-
-    def tail(self, n: int = 4000) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")[-n:]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, 15)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, 9)
+    port, token = free_port(), secrets.token_hex(16)
+    env = nbgrader_env({**os.environ, "LAS_GRADING_DIR": str(grading), "LAS_RELEASE_DIR": str(release),
+                        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")})
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}",
+           "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={ROOT}", f"--IdentityProvider.token={token}",
+           f"--LabApp.user_settings_dir={lab_settings(tmp_path / 'lab-settings')}",
+           f"--LabApp.workspaces_dir={tmp_path / 'lab-workspaces'}"]
+    return Server(cmd, cwd=GRADER_DIR, env=env, log=tmp_path / "lab.log", port=port, token=token)
 
 
 def _sources(path: Path) -> list[tuple[str, str]]:
@@ -161,7 +111,7 @@ def test_formgrader_buttons_in_a_browser_give_the_judges_grades(tmp_path):
     if SHOTS.exists():
         shutil.rmtree(SHOTS)
     SHOTS.mkdir(parents=True)
-    lab = Lab(tmp_path, grading, release)
+    lab = _lab(tmp_path, grading, release)
     try:
         with playwright_api.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -180,7 +130,7 @@ def test_formgrader_buttons_in_a_browser_give_the_judges_grades(tmp_path):
     print(f"formgrader screenshots: {SHOTS}")
 
 
-def _drive(page, lab: Lab, students: dict, grading: Path, release: Path) -> None:
+def _drive(page, lab: Server, students: dict, grading: Path, release: Path) -> None:
     # 1. JupyterLab, menu Nbgrader > Formgrader: the TA's entry point
     page.goto(f"{lab.url}/lab?token={lab.token}")
     page.wait_for_selector("#jp-main-dock-panel", timeout=90_000)
