@@ -24,6 +24,61 @@ import nbformat
 
 _KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}
 
+#: The start of every notebook's setup cell (grade_id ``setup``): on a hosted notebook (Colab, Kaggle,
+#: Binder, a JupyterHub: wherever pip works) without the pack, it fetches the pack from ``PACK_URL``
+#: (which ``python -m grader bundle`` stamps, see grader/bundle.py's ``stamp_pack_url``) and installs
+#: its pinned requirements with ``utils/hosted_install.py``. One text for all five notebooks
+#: (tests/test_hosted_setup.py checks it); :func:`with_setup_bootstrap` writes it into a cell.
+SETUP_BOOTSTRAP = r'''
+try:
+    import utils.presets  # the course pack, installed as its README says (./pack.sh env)
+except ImportError:  # a hosted notebook (Colab, Kaggle, Binder, a JupyterHub) without the pack: fetch it
+    import os, sys, urllib.request, zipfile
+    # the link to ex01-student.zip or its path here: `python -m grader bundle` writes it between the quotes
+    PACK_URL = "" or os.environ.get("LAS_PACK_URL", "")
+    if not PACK_URL:
+        raise ImportError(
+            "The course pack is not installed, and this notebook has no PACK_URL to fetch it from. What to do:\n"
+            "- on your own computer: run ./pack.sh env in the unpacked ex01-student folder, then ./pack.sh lab;\n"
+            "- on Colab, Kaggle, Binder or a JupyterHub: ask your lecturer for the link to ex01-student.zip, or "
+            "upload ex01-student.zip (Colab puts it in /content/), and set PACK_URL to that link or path: between "
+            "the quotes in this cell or, where the cell is read-only, with %env LAS_PACK_URL=... in a new cell "
+            "above; then run this cell again;\n"
+            "- lecturer, in the course repository: set pack_url in grader/bundle.toml to the zip's link and "
+            "rerun `python -m grader bundle`."
+        ) from None
+    PACK_DIR = os.path.expanduser("~/ex01-student")
+    print(f"The course pack is not installed: installing it from {PACK_URL} into {PACK_DIR}, with its pinned "
+          "packages (1 to 3 minutes, once per runtime; up to 10 if PyTorch is missing too) ...")
+    zip_path = urllib.request.urlretrieve(PACK_URL)[0] if "://" in PACK_URL else PACK_URL  # a link or a path
+    with zipfile.ZipFile(zip_path) as pack_zip:
+        # all but notebooks/: a notebook unpacked there earlier may hold your answers
+        pack_zip.extractall(os.path.dirname(PACK_DIR), [n for n in pack_zip.namelist() if "/notebooks/" not in n])
+    # The pack is imported from its folder, never built (`pip install -e` needs a recent setuptools and wheel,
+    # which not every runtime has); pip installs only its pinned third-party requirements.
+    sys.path.insert(0, PACK_DIR)
+    sys.modules.pop("utils", None)  # a `utils` module of the runtime's own must not hide the pack's
+    from utils.hosted_install import install_pinned_requirements
+    install_pinned_requirements(PACK_DIR)  # keeps the runtime's torch and torchvision when it has both
+'''.lstrip("\n")
+
+
+def with_setup_bootstrap(source: str) -> str:
+    """``source`` (a setup cell) with its bootstrap, the ``try:`` / ``import utils.presets`` /
+    ``except ImportError:`` block at its top, replaced by :data:`SETUP_BOOTSTRAP` (``PACK_URL`` empty,
+    as solutions/ keeps it). Raises ``ValueError`` when the cell has no such block."""
+    lines = source.splitlines(keepends=True)
+    start = next((i for i in range(len(lines) - 1) if lines[i].rstrip() == "try:"
+                  and lines[i + 1].strip().startswith("import utils.presets")), None)
+    if start is None:
+        raise ValueError("no `try:` / `import utils.presets` bootstrap in this setup cell")
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t" or lines[end].startswith("except")):
+        end += 1
+    while end > start + 1 and not lines[end - 1].strip():  # blank lines after the block stay
+        end -= 1
+    return "".join(lines[:start]) + SETUP_BOOTSTRAP + "".join(lines[end:])
+
 
 def _meta(grade_id: str, *, grade: bool, solution: bool, locked: bool, points: float | None = None,
           task: bool = False) -> dict:

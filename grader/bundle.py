@@ -6,8 +6,8 @@ writes ``build/bundle/ex01-student/`` and ``build/bundle/ex01-student.zip`` hold
 student needs and nothing that grades:
 
 - ``notebooks/ex01/*.ipynb``: the student release (regenerated from solutions/ by nbgrader into a
-  scratch folder, so the bundle never depends on a stale committed copy), with the Colab pack URL
-  written into each setup cell;
+  scratch folder, so the bundle never depends on a stale committed copy), with the pack URL (where a
+  hosted notebook fetches the pack, see ``grader.authoring.SETUP_BOOTSTRAP``) written into each setup cell;
 - ``utils/`` (Python files only), ``data/`` (the tracked data files; never CIFAR-10 or caches);
 - its own ``pyproject.toml`` (installs ``utils`` only), ``requirements.txt`` / ``environment.yml``
   (the pack's pins minus the test tools), ``pack.sh`` (``env``, ``lab``, ``run``), ``README.md``
@@ -235,7 +235,8 @@ def build_bundle(out: Path | None = None, *, pack_url: str | None = None,
 def _lecturer_notes(folder: Path, archive: Path, url: str, links: list[str]) -> str:
     lines = [f"# Handing out {BUNDLE_NAME}", "",
              f"- Folder: `{folder}`", f"- Zip: `{archive}` (upload it where students can download it)",
-             f"- Pack URL written into every setup cell: `{url or '(none: Colab students cannot install the pack)'}`"
+             f"- Pack URL written into every setup cell: "
+             f"`{url or '(none: on a hosted notebook, students must upload the zip and set PACK_URL themselves)'}`"
              " (set it once in `grader/bundle.toml`, or `python -m grader bundle --pack-url URL`)", ""]
     if links:
         lines += ["## Open in Colab", ""] + [f"- [{Path(link).name}]({link})" for link in links]

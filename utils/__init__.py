@@ -14,6 +14,7 @@ One module per concern, imported explicitly by the notebooks:
                           the miniature model suite: its recipes, its training, its cached build
 - ``utils.distributed``   torchrun plumbing: process groups, an all-gather that keeps gradients, sharding
 - ``utils.run_notebooks`` the main job: execute every notebook into build/notebooks/
+- ``utils.hosted_install`` a setup cell on a hosted notebook (Colab, ...): the pack's pinned requirements
 
 Nothing here is graded: students implement the ideas of each task in the notebooks, and a test
 (tests/test_bundle.py) checks that no solution block appears in any file a student receives.

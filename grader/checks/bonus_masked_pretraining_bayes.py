@@ -355,8 +355,11 @@ def check_objective_standard_error(got, ref, low: float = 0.7, high: float = 1.4
 check_generator.draws = ("same seed", "other seed")
 check_global_state.draws = ("global state",)
 
+# Weights are shares, not points: a comment "name: the test cell's N points" gives the points of the test
+# cell the cases under it belong to, and a case earns its weight's share of them (grader/judge.py: points x
+# passed weight / total weight of the cell). A cell of 1 point with weights 2 and 1 gives 2/3 and 1/3.
 CASES = [
-    # ppca_log_marginal: 2 points
+    # ppca_log_marginal: the test cell's 2 points, shared by the weights below
     Case("test_ppca_log_marginal", "lm_batch",
          "log p(x) = log N(x; mu, W W^T + sigma2 I), one multivariate normal, for x (N, D) -> (N,) float64",
          check_log_marginal, weight=2),
@@ -364,7 +367,7 @@ CASES = [
     Case("test_ppca_log_marginal", "lm_gradient", "gradients reach W, mu and sigma2 (everything in torch)", GRAD),
     Case("test_ppca_log_marginal", "lm_rejects_shapes", "a ValueError when W, mu and x disagree in shape",
          raises("ValueError"), requires=("lm_batch", "lm_single")),
-    # gaussian_conditional: 3 points
+    # gaussian_conditional: the test cell's 3 points, shared by the weights below
     Case("test_gaussian_conditional", "gc_values",
          "mean mu_M + S_MR S_RR^-1 (x_R - mu_R) and Schur-complement covariance S_MM - S_MR S_RR^-1 S_RM, "
          "for x (N, D)", check_conditional, weight=2),
@@ -376,7 +379,7 @@ CASES = [
          raises("ValueError"), requires=("gc_values", "gc_order")),
     Case("test_gaussian_conditional", "gc_rejects_indices", "a ValueError for indices out of range or repeated",
          raises("ValueError"), requires=("gc_values", "gc_order")),
-    # masked_score: 3 points
+    # masked_score: the test cell's 3 points, shared by the weights below
     Case("test_masked_score", "ms_estimate",
          "S(x; m) estimated by (1/m) sum_{j in M} log p(x_j | x_R) over uniform masks of size m (within 4 "
          "standard errors of the exact value)", check_score_estimates, weight=2),
@@ -395,7 +398,7 @@ CASES = [
          "alone", check_global_state, requires=("ms_estimate", "ms_batch")),
     Case("test_masked_score", "ms_rejects_m", "a ValueError unless 1 <= m <= D", raises("ValueError"),
          requires=("ms_estimate", "ms_batch")),
-    # masked_pretraining_objective: 2 points
+    # masked_pretraining_objective: the test cell's 2 points, shared by the weights below
     Case("test_masked_pretraining_objective", "mo_estimate",
          "Proposition 1: sum over m = 1..D of S(x; m) lands within three standard errors of log p(x)",
          check_objective_estimate, weight=2),

@@ -16,8 +16,11 @@ from ._common import raises, same
 LOSS = same(rtol=1e-5, atol=1e-5)
 STABLE64 = same(rtol=1e-9, atol=1e-9)
 
+# Weights are shares, not points: a comment "name: the test cell's N points" gives the points of the test
+# cell the cases under it belong to, and a case earns its weight's share of them (grader/judge.py: points x
+# passed weight / total weight of the cell). A cell of 1 point with weights 2 and 1 gives 2/3 and 1/3.
 CASES = [
-    # info_nce_loss: 3 points
+    # info_nce_loss: the test cell's 3 points, shared by the weights below
     # equal scores are the one trivial input: that case too scores only next to real values
     Case("test_info_nce_loss", "info_nce_uniform", "equal scores give log(K+1)", LOSS,
          requires=("info_nce_column0", "info_nce_float64_stable")),
@@ -31,13 +34,13 @@ CASES = [
          same(rtol=1e-4, atol=1e-6)),
     Case("test_info_nce_loss", "info_nce_rejects_1d", "a ValueError for scores that are not 2-D", raises("ValueError"),
          requires=("info_nce_column0", "info_nce_float64_stable")),
-    # nce_loss: 3 points
+    # nce_loss: the test cell's 3 points, shared by the weights below
     Case("test_nce_loss", "nce_values", "mean NCE loss with the log K shift (0-dim, dtype kept)", LOSS, weight=3),
     Case("test_nce_loss", "nce_float64_stable", "float64 scores of size 80 stay finite and exact (F.logsigmoid)",
          STABLE64),
     Case("test_nce_loss", "nce_rejects_no_negative", "a ValueError when there is no negative (K = 0)",
          raises("ValueError"), requires=("nce_values", "nce_float64_stable")),
-    # cosine_scores: 2 points
+    # cosine_scores: the test cell's 2 points, shared by the weights below
     Case("test_cosine_scores", "cosine_values", "cosine similarity over the temperature, shape [B, K+1]",
          same(rtol=1e-4, atol=1e-5), weight=2),
     Case("test_cosine_scores", "cosine_scale_invariant", "scores do not depend on the vectors' norms",
@@ -47,7 +50,7 @@ CASES = [
          requires=("cosine_values", "cosine_scale_invariant")),
     Case("test_cosine_scores", "cosine_rejects_bad_temperature", "a ValueError for a temperature <= 0",
          raises("ValueError"), requires=("cosine_values", "cosine_scale_invariant")),
-    # gaussian_mutual_information and infonce_mi_lower_bound: 2 points
+    # gaussian_mutual_information and infonce_mi_lower_bound: the test cell's 2 points, shared by the weights below
     Case("test_mi_functions", "gaussian_mi_values", "I(X;Y) = -d/2 log(1 - rho^2)",
          same(rtol=1e-9, atol=1e-12, numbers="any"), weight=2),
     Case("test_mi_functions", "gaussian_mi_negative_rho",
@@ -61,7 +64,7 @@ CASES = [
          same(rtol=1e-9, atol=1e-9, numbers="any")),
     Case("test_mi_functions", "mi_bound_rejects_per_sample", "a ValueError for per-sample losses (not 0-dim)",
          raises("ValueError"), requires=("mi_bound_values", "mi_bound_float64")),
-    # n_pair_loss: 1 point
+    # n_pair_loss: the test cell's 1 point, shared by the weights below
     Case("test_n_pair_loss", "n_pair_values", "mean N-pair loss (0-dim, dtype kept), equal to InfoNCE", LOSS,
          weight=2),
     Case("test_n_pair_loss", "n_pair_large_gaps", "stable for score gaps of 100 (log-sum-exp)",

@@ -327,8 +327,11 @@ reproducible_pair.draws = ("same seed",)
 other_seeds_differ.draws = ("other seed",)
 global_state_untouched.draws = ("global state",)
 
+# Weights are shares, not points: a comment "name: the test cell's N points" gives the points of the test
+# cell the cases under it belong to, and a case earns its weight's share of them (grader/judge.py: points x
+# passed weight / total weight of the cell). A cell of 1 point with weights 2 and 1 gives 2/3 and 1/3.
 CASES = [
-    # mlm_loss: 3 points
+    # mlm_loss: the test cell's 3 points, shared by the weights below
     Case("test_mlm_loss", "mlm_loss_one_mask", "-sum over t in M of log_probs[t, x_t], a 0-dim tensor for a [T] mask",
          LOSS, weight=2),
     Case("test_mlm_loss", "mlm_loss_many_masks", "K masks [K, T] give [K] losses, one per mask (0 for an empty mask)",
@@ -338,7 +341,7 @@ CASES = [
          LOSS),
     Case("test_mlm_loss", "mlm_loss_rejects_shapes", "a ValueError when the shapes do not fit together",
          raises("ValueError"), requires=("mlm_loss_one_mask", "mlm_loss_many_masks")),
-    # masked_copies: 1 point
+    # masked_copies: the test cell's 1 point, shared by the weights below
     Case("test_masked_copies", "masked_copies_values",
          "int64 [P, T]: row k is input_ids with positions[k] set to the mask id (repeats allowed)", EXACT, weight=2),
     Case("test_masked_copies", "masked_copies_permutation",
@@ -348,7 +351,7 @@ CASES = [
          raises("ValueError"), requires=("masked_copies_values", "masked_copies_permutation")),
     Case("test_masked_copies", "masked_copies_rejects_out_of_range", "a ValueError for a position outside [0, T)",
          raises("ValueError"), requires=("masked_copies_values", "masked_copies_permutation")),
-    # conditional_log_probs: 3 points
+    # conditional_log_probs: the test cell's 3 points, shared by the weights below
     Case("test_conditional_log_probs", "conditional_all_positions",
          "float32 [T, V]: row t is the log-softmax at position t of the copy with t masked", TABLE, weight=2),
     Case("test_conditional_log_probs", "conditional_given_positions",
@@ -357,7 +360,7 @@ CASES = [
          "copies evaluated in batches of batch_size (one forward pass per batch)", batched_passes),
     Case("test_conditional_log_probs", "conditional_no_grad", "computed under torch.no_grad() (no autograd graph)",
          is_false("the result requires grad: compute it under torch.no_grad()")),
-    # pseudo_log_likelihood / pseudo_perplexity: 2 points
+    # pseudo_log_likelihood / pseudo_perplexity: the test cell's 2 points, shared by the weights below
     Case("test_pseudo_log_likelihood", "pll_all_positions",
          "PLL = sum of log p(x_t | x without t) over all positions, a 0-dim float32 tensor", PLL, weight=2),
     Case("test_pseudo_log_likelihood", "pll_given_positions", "with positions given, the sum runs over them only", PLL),
@@ -369,7 +372,7 @@ CASES = [
          "pseudo_perplexity of a PLL given as a 0-dim tensor, a Python float", python_float()),
     Case("test_pseudo_log_likelihood", "pppl_rejects_no_tokens", "pseudo_perplexity: a ValueError unless num_tokens > 0",
          raises("ValueError"), requires=("pppl_values", "pppl_tensor")),
-    # single_index_estimate: 3 points
+    # single_index_estimate: the test cell's 3 points, shared by the weights below
     Case("test_single_index_estimate", "single_index_values",
          "float32 [num_samples] of T * (-log p(x_U | x without U))", possible_estimates, weight=2),
     Case("test_single_index_estimate", "single_index_given_positions",
@@ -385,7 +388,7 @@ CASES = [
     Case("test_single_index_estimate", "single_index_global_state",
          "U drawn with the given generator: the global random state is left alone", global_state_untouched,
          requires=("single_index_values", "single_index_given_positions")),
-    # causal_log_probs / perplexity: 3 points
+    # causal_log_probs / perplexity: the test cell's 3 points, shared by the weights below
     Case("test_causal_log_probs", "causal_no_context",
          "float32 [T - 1]: log p(x_t | x_<t) from the logits shifted by one", TABLE, weight=2),
     Case("test_causal_log_probs", "causal_with_context", "with context_token_id prepended, all T tokens are predicted",
@@ -401,7 +404,7 @@ CASES = [
          "perplexity of a log-likelihood given as a 0-dim tensor, a Python float", python_float()),
     Case("test_causal_log_probs", "perplexity_rejects_no_tokens", "perplexity: a ValueError unless num_tokens > 0",
          raises("ValueError"), requires=("perplexity_values", "perplexity_tensor")),
-    # conditionals_compatible: 3 points
+    # conditionals_compatible: the test cell's 3 points, shared by the weights below
     Case("test_conditionals_compatible", "compatible_joints",
          "True (a Python bool) for the conditionals of a joint, float64 or float32", bools, weight=2),
     Case("test_conditionals_compatible", "incompatible_tables", "False for conditionals that come from no joint",
@@ -413,7 +416,7 @@ CASES = [
     Case("test_conditionals_compatible", "compatible_rejects",
          "a ValueError for different shapes, negative entries, or rows/columns that do not sum to one",
          raises("ValueError"), requires=("compatible_joints", "incompatible_tables")),
-    # bert_mask: 3 points
+    # bert_mask: the test cell's 3 points, shared by the weights below
     Case("test_bert_mask", "bert_mask_selection",
          "selection with probability q on non-special tokens; labels the original id where selected, else -100",
          bert_labels_and_specials, weight=2),

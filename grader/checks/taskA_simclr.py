@@ -357,10 +357,13 @@ def check_step_default_augment(got, ref) -> None:
 
 
 def check_step_bf16(got, ref) -> None:
-    loss, changed = _items(got, ref)
+    loss, changed, head_dtypes = _items(got, ref)
     _loss_tensor(loss, "the loss under autocast_dtype=torch.bfloat16")
     if changed is not True:
         raise AssertionError("with autocast_dtype=torch.bfloat16 the step did not change the parameters")
+    if head_dtypes != ["torch.bfloat16"]:
+        raise AssertionError(f"with autocast_dtype=torch.bfloat16 the head's output came as {head_dtypes}, expected "
+                             "one bfloat16 batch: run the encoder and head under torch.autocast")
 
 
 def check_step_generator(got, ref) -> None:
@@ -392,9 +395,9 @@ def check_probe_accuracy(got, ref) -> None:
 
 
 def check_probe_deterministic(got, ref) -> None:
-    a, b = (_accuracy(g, f"call {i + 1}") for i, g in enumerate(_items(got, ref)))
-    if a != b:
-        raise AssertionError("two calls with the same seed gave different accuracies")
+    accs = [_accuracy(g, f"call {i + 1}") for i, g in enumerate(_items(got, ref))]
+    if len(set(accs)) != 1:
+        raise AssertionError(f"{len(accs)} calls with the same seed gave different accuracies")
 
 
 def check_probe_standardises(got, ref) -> None:
@@ -437,8 +440,11 @@ _reproducible.draws = ("same seed", "other seed")
 check_step_generator.draws = ("same seed", "other seed")
 global_state_untouched.draws = ("global state",)
 
+# Weights are shares, not points: a comment "name: the test cell's N points" gives the points of the test
+# cell the cases under it belong to, and a case earns its weight's share of them (grader/judge.py: points x
+# passed weight / total weight of the cell). A cell of 1 point with weights 2 and 1 gives 2/3 and 1/3.
 CASES = [
-    # random_resized_crop_flip (extension): 4 points
+    # random_resized_crop_flip (extension): the test cell's 4 points, shared by the weights below
     Case("test_random_resized_crop_flip", "crop_shapes", "float [N, 3, size, size] for square and non-square images",
          check_crop_shapes),
     Case("test_random_resized_crop_flip", "crop_identity_and_mirror",
@@ -462,7 +468,7 @@ CASES = [
     Case("test_random_resized_crop_flip", "crop_rejects",
          "a ValueError for anything but a floating-point [N, 3, H, W] tensor", raises("ValueError"),
          requires=("crop_identity_and_mirror", "crop_geometry")),
-    # colour_distort (extension): 4 points
+    # colour_distort (extension): the test cell's 4 points, shared by the weights below
     Case("test_colour_distort", "colour_dtype_and_range", "float [N, 3, H, W] in [0, 1], same dtype",
          check_colour_dtype_and_range),
     Case("test_colour_distort", "colour_identity", "no jitter and no grayscale (or zero strengths): the images",
@@ -487,7 +493,8 @@ CASES = [
     Case("test_colour_distort", "colour_global_state",
          "all random numbers drawn with `generator`: the global random states are left alone",
          global_state_untouched, requires=("colour_brightness", "colour_grayscale")),
-    # augment_batch (extension; given, built on the two functions above): 2 points
+    # augment_batch (extension; given, built on the two functions above):
+    # the test cell's 2 points, shared by the weights below
     Case("test_augment_batch", "augment_uint8", "uint8 images give float32 [N, 3, size, size] views in [0, 1]",
          check_augment_uint8),
     Case("test_augment_batch", "augment_independent", "every copy of an image gets its own view",
@@ -500,7 +507,7 @@ CASES = [
     Case("test_augment_batch", "augment_global_state",
          "all random numbers drawn with `generator`: the global random states are left alone",
          global_state_untouched, requires=("augment_uint8", "augment_all_off")),
-    # nt_xent_loss_loop: 2 points
+    # nt_xent_loss_loop: the test cell's 2 points, shared by the weights below
     Case("test_nt_xent_loss_loop", "nt_xent_loop_float64",
          "mean over the 2N anchors of l_i, every k != i in the denominator (float64 in, float64 0-dim out)",
          same(rtol=1e-7, atol=1e-8), weight=2),
@@ -508,7 +515,7 @@ CASES = [
          same(rtol=2e-4, atol=1e-4)),
     Case("test_nt_xent_loss_loop", "nt_xent_loop_gradient", "torch operations: differentiable",
          same(rtol=1e-6, atol=1e-9)),
-    # nt_xent_loss: 4 points
+    # nt_xent_loss: the test cell's 4 points, shared by the weights below
     Case("test_nt_xent_loss", "nt_xent_float64", "mean NT-Xent over the 2N views (float64 in, float64 0-dim out)",
          same(rtol=1e-7, atol=1e-8), weight=2),
     Case("test_nt_xent_loss", "nt_xent_float32", "the input's dtype kept (float32)", same(rtol=2e-4, atol=1e-4)),
@@ -518,14 +525,14 @@ CASES = [
          raises("ValueError"), requires=("nt_xent_float64", "nt_xent_float32")),
     Case("test_nt_xent_loss", "nt_xent_rejects_temperature", "a ValueError for a temperature that is not positive",
          raises("ValueError"), requires=("nt_xent_float64", "nt_xent_float32")),
-    # ProjectionHead: 2 points
+    # ProjectionHead: the test cell's 2 points, shared by the weights below
     Case("test_projection_head", "head_values",
          "output of Linear -> BatchNorm1d -> ReLU -> Linear (with known weights, train mode)",
          same(rtol=1e-4, atol=1e-4), weight=2),
     Case("test_projection_head", "head_gradients", "gradients flow to the input and both Linear layers",
          same(rtol=1e-3, atol=1e-4)),
     Case("test_projection_head", "head_defaults", "defaults hidden_dim=1024, out_dim=128", same(rtol=1e-4, atol=1e-4)),
-    # simclr_train_step: 3 points
+    # simclr_train_step: the test cell's 3 points, shared by the weights below
     Case("test_simclr_train_step", "train_step_two_steps", "augment called twice, once per view", check_step_augment_calls),
     Case("test_simclr_train_step", "train_step_two_steps",
          "loss and parameters after two steps (one batch of 2N, NT-Xent on the halves, one optimiser step)",
@@ -536,7 +543,8 @@ CASES = [
          check_step_detached),
     Case("test_simclr_train_step", "train_step_default_augment", "augment=None uses the given simclr_augment",
          check_step_default_augment),
-    Case("test_simclr_train_step", "train_step_bf16", "with autocast_dtype=bfloat16: trains, float32 loss",
+    Case("test_simclr_train_step", "train_step_bf16",
+         "with autocast_dtype=bfloat16: encoder and head under autocast, trains, float32 loss",
          check_step_bf16),
     Case("test_simclr_train_step", "train_step_generator",
          "augment called as augment(images, generator): the same seed gives the same step, another seed another",
@@ -544,7 +552,7 @@ CASES = [
     Case("test_simclr_train_step", "train_step_global_state",
          "augment called as augment(images, generator): the global random states are left alone",
          global_state_untouched, requires=("train_step_default_augment", "train_step_two_steps")),
-    # linear_probe_accuracy: 3 points
+    # linear_probe_accuracy: the test cell's 3 points, shared by the weights below
     Case("test_linear_probe_accuracy", "probe_accuracy", "a Python float: the accuracy of a trained linear probe",
          check_probe_accuracy, weight=2),
     Case("test_linear_probe_accuracy", "probe_deterministic", "two calls with the same seed give the same result",
@@ -557,7 +565,7 @@ CASES = [
          check_probe_inputs_unchanged),
     Case("test_linear_probe_accuracy", "probe_rejects", "a ValueError for features and labels of inconsistent shapes",
          raises("ValueError"), requires=("probe_accuracy", "probe_standardises")),
-    # knn_accuracy: 3 points
+    # knn_accuracy: the test cell's 3 points, shared by the weights below
     Case("test_knn_accuracy", "knn_values", "cosine kNN majority vote, ties to the smallest class id (a Python float)",
          check_knn_values, weight=2),
     Case("test_knn_accuracy", "knn_chunked", "the result does not depend on batch_size", check_knn_values),

@@ -204,8 +204,11 @@ def irreducible_fit(got, ref) -> None:
         _close(fit[k], ref[k], 0.2, k)
 
 
+# Weights are shares, not points: a comment "name: the test cell's N points" gives the points of the test
+# cell the cases under it belong to, and a case earns its weight's share of them (grader/judge.py: points x
+# passed weight / total weight of the cell). A cell of 1 point with weights 2 and 1 gives 2/3 and 1/3.
 CASES = [
-    # count_parameters: 2 points
+    # count_parameters: the test cell's 2 points, shared by the weights below
     Case("test_count_parameters", "count_config",
          "(total, non_embedding) as Python ints from a config, embeddings and unembedding excluded, a tied matrix "
          "once", counts, weight=3),
@@ -213,7 +216,7 @@ CASES = [
     Case("test_count_parameters", "count_pythia_config", "a Pythia configuration (meta device, no weights)", counts),
     Case("test_count_parameters", "count_rejects_non_model", "a TypeError for anything that is neither a model nor "
          "a config", raises("TypeError", "ValueError"), requires=("count_config", "count_model")),
-    # evaluate_loss: 4 points
+    # evaluate_loss: the test cell's 4 points, shared by the weights below
     Case("test_evaluate_loss", "eval_windows",
          "total log-likelihood and tokens: end-of-text before each document, disjoint windows of max_length "
          "targets, each fed the max_length tokens before its last target", loglikelihood, weight=4),
@@ -229,17 +232,18 @@ CASES = [
          raises("ValueError"), requires=("eval_windows", "eval_metrics")),
     Case("test_evaluate_loss", "eval_rejects_no_config", "a TypeError for a model without a .config",
          raises("TypeError", "ValueError"), requires=("eval_windows", "eval_metrics")),
-    # tokens_seen and training_compute: 1 point
+    # tokens_seen and training_compute: the test cell's 1 point, shared by the weights below
     Case("test_bookkeeping", "tokens_seen_scalar", "tokens_seen(step) = step x tokens_per_step as an int",
          python_ints),
     Case("test_bookkeeping", "tokens_seen_array", "tokens_seen on an array: an int64 array (Pythia's steps overflow "
          "int32)", arrays("int64", 0.0)),
-    Case("test_bookkeeping", "tokens_seen_rejects_negative", "a ValueError for a negative step",
+    Case("test_bookkeeping", "tokens_seen_rejects_negative",
+         "a ValueError for a negative step or a tokens_per_step that is not positive",
          raises("ValueError"), requires=("tokens_seen_scalar", "tokens_seen_array")),
     Case("test_bookkeeping", "compute_scalar", "training_compute(N, D) = 6 N D FLOPs as a float", python_floats),
     Case("test_bookkeeping", "compute_array", "training_compute on arrays (broadcast): a float64 array, no int64 "
          "overflow at pythia-12b's 6 N D", arrays("float64", 1e-12)),
-    # fit_power_law: 2 points
+    # fit_power_law: the test cell's 2 points, shared by the weights below
     Case("test_fit_power_law", "fit_pure",
          "pure power law: least squares of log L on log N, standard errors from s^2 (X^T X)^-1 with "
          "s^2 = RSS/(n-2), N_c's by the delta method, E = 0; Python floats", pure_fit, weight=2),
@@ -356,7 +360,7 @@ def optimal_arrays(got, ref) -> None:
 
 
 CASES += [
-    # predict_held_out: 3 points
+    # predict_held_out: the test cell's 3 points, shared by the weights below
     Case("test_predict_held_out", "predict_values",
          "the held-out sizes in increasing N, predicted by the pure power law fitted (with fit_power_law) on the "
          "n_fit smallest models; float NumPy arrays", prediction, weight=2),
@@ -367,7 +371,7 @@ CASES += [
     Case("test_predict_held_out", "predict_rejects_bad_split",
          "a ValueError when n_fit < 3 or nothing is held out", raises("ValueError"),
          requires=("predict_values", "predict_band")),
-    # compute_optimal: 2 points
+    # compute_optimal: the test cell's 2 points, shared by the weights below
     Case("test_compute_optimal", "optimal_scalar",
          "(N_opt, D_opt) as two floats for a number: 6 N_opt D_opt = C and N_opt minimises L(N, C / (6 N)) "
          "(checked against a numeric minimisation)", optimal_floats, weight=2),

@@ -3,9 +3,13 @@
 Each ``grader/mutants/<stem>.py`` lists ``MUTANTS = [Mutant(cell=..., name=..., find=..., replace=...)]``
 for ``solutions/ex01/<stem>.ipynb``: ``cell`` is the grade_id of an autograded answer cell, ``find``
 occurs exactly once in it (inside the solution block) and ``replace`` is a mistake a student could
-make. :func:`run` judges the solution and every mutant with the autograder's judge
-(grader/judge.py) over 20 seeds; a mutant is *killed* when it loses points of its own test cell on
-every seed. Each mutant is its own notebook variant: two mutants never mask each other.
+make. ``visible=True`` marks a mutant that breaks one requirement the task text states which a
+public input shows, and ``case`` names the judge's case (a probe of ``grader/checks/<stem>.py``) for
+that requirement: the release's visible test cell must fail on it too, so that the hidden cases
+differ from the visible checks only in their inputs (tests/test_visible_checks.py). :func:`run`
+judges the solution and every mutant with the autograder's judge (grader/judge.py) over 20 seeds;
+a mutant is *killed* when it loses points of its own test cell on every seed. Each mutant is its
+own notebook variant: two mutants never mask each other.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class Mutant:
     name: str      # the mistake, in a few words
     find: str      # exact text in the solution (occurs once in that cell)
     replace: str   # the wrong version
+    visible: bool = False  # the visible test cell fails on it (a stated requirement, shown on a public input)
+    case: str = ""         # the judge case (probe) of the requirement it breaks; needed with visible=True
 
 
 def notebooks_with_mutants() -> list[str]:

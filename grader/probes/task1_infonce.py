@@ -150,8 +150,9 @@ def mi_bound_rejects_per_sample(ns, gen):
 @probe()
 def n_pair_values(ns, gen):
     out = []
-    for batch, k in [(3, 2), (8, 9)]:
-        out.append(attempt(ns.n_pair_loss, torch.randn(batch, generator=gen), torch.randn(batch, k, generator=gen)))
+    for batch, k, dtype in [(3, 2, torch.float32), (8, 9, torch.float32), (5, 4, torch.float64)]:
+        out.append(attempt(ns.n_pair_loss, torch.randn(batch, generator=gen, dtype=dtype),
+                           torch.randn(batch, k, generator=gen, dtype=dtype)))
     return out
 
 

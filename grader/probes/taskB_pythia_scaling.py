@@ -194,7 +194,7 @@ def tokens_seen_array(ns, gen):
 
 @probe()
 def tokens_seen_rejects_negative(ns, gen):
-    return ns.tokens_seen(-_int(gen, 1, 1000))
+    return [attempt(ns.tokens_seen, -_int(gen, 1, 1000)), attempt(ns.tokens_seen, _int(gen, 1, 1000), -_int(gen, 0, 3))]
 
 
 @probe()

@@ -1,0 +1,317 @@
+"""Hosted notebooks (Google Colab, Kaggle, Binder, a course JupyterHub: any Jupyter where pip works):
+every notebook's setup cell carries the same bootstrap (``grader.authoring.SETUP_BOOTSTRAP``), which,
+when the pack is missing and ``PACK_URL`` is set, unpacks the bundle's zip, puts it on ``sys.path`` and
+installs the bundle's PINNED requirements without building anything (``utils/hosted_install.py``);
+with ``PACK_URL`` empty it says what the student and the lecturer should do.
+
+The slow tests run the bootstrap of a bundle made by ``grader.bundle.build_bundle`` in a fresh
+``python -m venv`` with setuptools and wheel uninstalled. Issue #23's runtime had no recent setuptools
+and no wheel, where the old bootstrap's ``pip install --no-build-isolation -e`` failed with ``invalid
+command 'bdist_wheel'``; with neither, it fails with ``No module named 'setuptools'``. Installing
+torch & co. for real would download gigabytes: the pack's own environment lends them through a .pth
+file, so pip finds them installed at their pins. Proof that pins are enforced comes from a package of
+the test's own, ``las-pin-probe``: the runtime has 2.0, the test's copy of the bundle pins 1.0, and a
+local folder offers both. pip runs with no index and no configuration file: no network at all, and no
+build is possible (there is no setuptools to build with)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK_DIRS = {"solutions": REPO / "solutions" / "ex01", "release": REPO / "notebooks" / "ex01"}
+PROBE = "las-pin-probe"     # the test's own package: the runtime has RUNTIME_PROBE, the bundle pins PINNED_PROBE
+RUNTIME_PROBE, PINNED_PROBE = "2.0", "1.0"
+
+
+def _setup_source(nb_path: Path) -> str:
+    cells = json.loads(nb_path.read_text(encoding="utf-8"))["cells"]
+    setup = [c for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "setup"]
+    assert len(setup) == 1, f"{nb_path.name}: expected one setup cell, found {len(setup)}"
+    source = setup[0]["source"]
+    return "".join(source) if isinstance(source, list) else source
+
+
+# ------------------------------------------------------------------------------ the cell itself
+@pytest.mark.parametrize("where", sorted(NOTEBOOK_DIRS))
+def test_every_setup_cell_carries_the_one_hosted_bootstrap(where):
+    from grader.authoring import SETUP_BOOTSTRAP
+
+    notebooks = sorted(NOTEBOOK_DIRS[where].glob("*.ipynb"))
+    assert len(notebooks) == 5, notebooks
+    differ = [nb.name for nb in notebooks if SETUP_BOOTSTRAP not in _setup_source(nb)]
+    assert not differ, (f"{where}: the setup cell of {differ} does not carry grader.authoring.SETUP_BOOTSTRAP "
+                        "verbatim; rewrite it with grader.authoring.with_setup_bootstrap (see its docstring), "
+                        "then run `python -m grader release`")
+
+
+def test_a_stamped_or_student_set_pack_url_is_no_setup_tampering(tmp_path):
+    """The bundle stamps PACK_URL into the locked setup cell, and a student on a hosted notebook may set
+    it by hand: neither is an edited locked cell for the grader, nor code its audit flags. Any other
+    edit of the setup cell still is."""
+    import copy
+
+    from conftest import SOLUTIONS
+    from grader.authoring import SETUP_BOOTSTRAP
+    from grader.autograde import _instructor_cells_as_released
+    from grader.bundle import PACK_URL_LINE, stamp_pack_url, without_pack_url
+    from grader.mutants import student_copy
+    from grader.submissions import prepare
+
+    assert len(PACK_URL_LINE.findall(SETUP_BOOTSTRAP)) == 1, "the bootstrap needs exactly one stampable PACK_URL line"
+    stamped_template = stamp_pack_url(SETUP_BOOTSTRAP, "https://example.org/ex01-student.zip")
+    assert stamped_template != SETUP_BOOTSTRAP and without_pack_url(stamped_template) == SETUP_BOOTSTRAP
+
+    release_path = NOTEBOOK_DIRS["release"] / "task1_infonce.ipynb"
+    release = json.loads(release_path.read_text())
+    solution = json.loads((SOLUTIONS / "task1_infonce.ipynb").read_text())
+
+    def submitted(edit) -> dict:
+        nb = student_copy(release, solution)
+        setup = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "setup")
+        setup["source"] = edit("".join(setup["source"]) if isinstance(setup["source"], list) else setup["source"])
+        return nb
+
+    for url in ("https://example.org/ex01-student.zip", "/content/ex01-student.zip"):
+        nb = submitted(lambda source: stamp_pack_url(source, url))
+        path = tmp_path / "stamped.ipynb"
+        path.write_text(json.dumps(nb))
+        assert prepare(path, release_path).tampered == [], url
+        assert "setup" in _instructor_cells_as_released(copy.deepcopy(nb), release_path), url
+
+    nb = submitted(lambda source: source + "\nimport ctypes\n")
+    path = tmp_path / "edited.ipynb"
+    path.write_text(json.dumps(nb))
+    assert "edited locked cell setup (restored)" in prepare(path, release_path).tampered
+    assert "setup" not in _instructor_cells_as_released(nb, release_path)
+
+
+def test_empty_pack_url_says_what_the_student_and_the_lecturer_do(tmp_path):
+    """The release's setup cell (PACK_URL empty) in a Python that lacks the pack (``-S``: no
+    site-packages), on no particular host: an ImportError that names both ways for a student and
+    the lecturer's setting."""
+    cell = _setup_source(NOTEBOOK_DIRS["release"] / "task1_infonce.ipynb")
+    (tmp_path / "cell.py").write_text("PRESET = 'smoke'\n" + cell)
+    env = {k: v for k, v in os.environ.items() if k != "LAS_PACK_URL"}
+    proc = subprocess.run([sys.executable, "-S", str(tmp_path / "cell.py")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0, proc.stdout
+    message = proc.stderr.strip().splitlines()
+    assert any(line.startswith("ImportError: The course pack is not installed") for line in message), proc.stderr
+    for must in ("./pack.sh env",                                    # a student on their own machine
+                 "ask your lecturer for the link to ex01-student.zip",  # a student on a hosted notebook...
+                 "upload ex01-student.zip", "PACK_URL",                  # ... or uploads the zip themselves,
+                 "%env LAS_PACK_URL=",                                   # also where the cell is read-only
+                 "pack_url in grader/bundle.toml", "python -m grader bundle"):  # the lecturer
+        assert must in proc.stderr, f"the message does not say {must!r}:\n{proc.stderr[-2000:]}"
+    assert "No module named 'utils'" not in proc.stderr, "the ImportError should not chain the first one"
+
+
+def test_install_plan_keeps_a_runtimes_torch_pair_and_its_jupyter():
+    from utils.hosted_install import plan
+
+    requirements = ("# pins\ntorch==2.14.1\ntorchvision==0.29.1\nnumpy==2.4.6\ntransformers==5.23.0\n"
+                    "jupyterlab==4.6.6\nipykernel==7.4.0  # the student's own JupyterLab\n")
+    lines, constraints, notes = plan(requirements, {"torch": "2.5.1+cu121", "torchvision": "0.20.1+cu121"})
+    assert lines == ["numpy==2.4.6", "transformers==5.23.0"]
+    assert constraints == ["torch==2.5.1+cu121", "torchvision==0.20.1+cu121"]
+    assert notes[0] == ("Keeping this runtime's own torch 2.5.1+cu121 and torchvision 0.20.1+cu121 (built for its "
+                        "hardware; the pack pins torch 2.14.1 / torchvision 0.29.1).")
+    assert "jupyterlab, ipykernel" in notes[1]
+    # torch without torchvision (or neither): the pinned, matched pair
+    for installed in ({"torch": "2.5.1", "torchvision": None}, {"torch": None, "torchvision": None}):
+        lines, constraints, notes = plan(requirements, installed)
+        assert lines[:2] == ["torch==2.14.1", "torchvision==0.29.1"] and constraints == [], installed
+        assert not any("Keeping" in note for note in notes)
+
+
+# --------------------------------------------------------------------- a hosted runtime, for real
+def _wheel(folder: Path, name: str, version: str) -> Path:
+    """A pure-Python wheel made by hand (a zip with its metadata): no setuptools, no download."""
+    module = name.replace("-", "_")
+    info = f"{module}-{version}.dist-info"
+    files = {f"{module}/__init__.py": f'__version__ = "{version}"\n',
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests/test_hosted_setup.py\nRoot-Is-Purelib: true\n"
+                              "Tag: py3-none-any\n"}
+    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).decode().rstrip('=')},"
+              f"{len(text.encode())}" for path, text in files.items()] + [f"{info}/RECORD,,"]
+    files[f"{info}/RECORD"] = "\n".join(record) + "\n"
+    path = folder / f"{module}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for member, text in files.items():
+            zf.writestr(member, text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def hosted_pack(tmp_path_factory):
+    """(zip, pins, wheels): a bundle made by build_bundle whose requirements.txt also pins the probe
+    package at PINNED_PROBE, zipped as the lecturer's zip is; its pins; a folder with both probe wheels."""
+    from grader.bundle import BUNDLE_NAME, build_bundle
+    from utils.hosted_install import pins
+
+    out = tmp_path_factory.mktemp("hosted")
+    archive = out / "served" / f"{BUNDLE_NAME}.zip"
+    folder, _ = build_bundle(out / "bundle", pack_url=str(archive))
+    requirements = folder / "requirements.txt"
+    requirements.write_text(requirements.read_text() + f"{PROBE}=={PINNED_PROBE}  # the test's deliberately different pin\n")
+    archive.parent.mkdir()
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                zf.write(path, f"{BUNDLE_NAME}/{path.relative_to(folder).as_posix()}")
+    wheels = out / "wheels"
+    wheels.mkdir()
+    for version in (PINNED_PROBE, RUNTIME_PROBE):
+        _wheel(wheels, PROBE, version)
+    return archive, pins(requirements.read_text()), wheels
+
+
+#: Lent by the pack's environment: everything but pip (the new venv has its own), the build tools,
+#: and the repository's own editable install. setuptools keeps its metadata only: torch's metadata
+#: requires it, so pip's resolver must see it installed, but nothing can import it to build with.
+NOT_LENT = ("pip", "setuptools", "pkg_resources", "_distutils_hack", "wheel", "__editable__", "learning_at_scale_pack")
+
+
+def _hosted_runtime(path: Path, *, colab: bool, wheels: Path) -> tuple[Path, dict]:
+    """A runtime where pip works but the pack is missing: a fresh venv without setuptools and wheel,
+    the pack environment's packages lent through a .pth file, las-pin-probe RUNTIME_PROBE installed,
+    and with ``colab`` a stand-in ``google.colab`` module. Returns (python, environment)."""
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, capture_output=True)
+    python = path / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    lent = path.parent / f"{path.name}-lent"
+    lent.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        metadata_only = entry.name.startswith("setuptools-") and entry.name.endswith(".dist-info")
+        if metadata_only or not (entry.name.startswith(NOT_LENT) or entry.suffix == ".pth"):
+            (lent / entry.name).symlink_to(entry)
+    extra = [lent]
+    if colab:
+        stand_in = path.parent / f"{path.name}-colab"
+        (stand_in / "google" / "colab").mkdir(parents=True)
+        (stand_in / "google" / "colab" / "__init__.py").write_text("# a stand-in: Colab imports this before any cell\n")
+        extra.append(stand_in)
+    (site / "lent-packages.pth").write_text("".join(f"{p}\n" for p in extra))
+
+    home = path.parent / f"{path.name}-home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "PIP_", "JUPYTER"))}
+    # pip: no index, no configuration file (this machine's points at local mirrors), the probe wheels only
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels),
+               PIP_DISABLE_PIP_VERSION_CHECK="1", HOME=str(home), LAS_BUILD_DIR=str(home / "build"),
+               HF_HUB_OFFLINE="1", MPLBACKEND="Agg")
+    for tool in ("setuptools", "wheel"):
+        subprocess.run([str(python), "-m", "pip", "uninstall", "-y", "-q", tool], env=env, capture_output=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", f"{PROBE}=={RUNTIME_PROBE}"], env=env, check=True)
+    return python, env
+
+
+def _versions(python: Path, env: dict, names) -> dict:
+    """What the runtime has now: each name's version (None: absent) and the build tools it can import."""
+    script = ("import importlib.metadata as md, importlib.util, json, sys\n"
+              "def version(n):\n"
+              "    try: return md.version(n)\n"
+              "    except md.PackageNotFoundError: return None\n"
+              "print(json.dumps({'versions': {n: version(n) for n in sys.argv[1:]},\n"
+              "                  'build_tools': [m for m in ('setuptools', 'wheel') if importlib.util.find_spec(m)]}))")
+    proc = subprocess.run([str(python), "-c", script, *names], env=env, capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout)
+
+
+DRIVER = r'''
+import json, sys
+cell = json.load(open(sys.argv[1]))
+for module in sys.argv[2:]:   # what the runtime imported before the notebook's first cell
+    __import__(module)
+PRESET = "smoke"
+exec(compile(cell, "setup-cell", "exec"))
+import utils
+print("UTILS FROM", utils.__file__)
+'''
+
+
+def _run_setup_cell(python: Path, env: dict, cell: str, *preloaded: str) -> subprocess.CompletedProcess:
+    home = Path(env["HOME"])
+    (home / "cell.json").write_text(json.dumps(cell))
+    (home / "driver.py").write_text(DRIVER)
+    return subprocess.run([str(python), str(home / "driver.py"), str(home / "cell.json"), *preloaded],
+                          cwd=home, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_colab_setup_cell_installs_the_pinned_pack_without_setuptools_or_wheel(hosted_pack, tmp_path):
+    """Colab stand-in, PACK_URL a local path (as the bundle stamped it): Task 1's setup cell unpacks
+    the pack, installs every pin (the probe goes from the runtime's 2.0 to the pinned 1.0; the torch
+    pair is the runtime's, kept), imports utils.presets from the unpacked folder and runs to its end,
+    in a runtime that cannot build a package; a notebook already unpacked there is left alone."""
+    from grader.bundle import BUNDLE_NAME
+
+    archive, pinned, wheels = hosted_pack
+    python, env = _hosted_runtime(tmp_path / "venv", colab=True, wheels=wheels)
+    before = _versions(python, env, pinned)
+    assert before["build_tools"] == [], f"the runtime must lack setuptools and wheel: {before['build_tools']}"
+    assert before["versions"][PROBE] == RUNTIME_PROBE
+    home = Path(env["HOME"])
+    students_work = home / BUNDLE_NAME / "notebooks" / "ex01" / "task1_infonce.ipynb"
+    students_work.parent.mkdir(parents=True)
+    students_work.write_text("a student's answers, unpacked here earlier")
+
+    bundle_nb = archive.parent.parent / "bundle" / BUNDLE_NAME / "notebooks" / "ex01" / "task1_infonce.ipynb"
+    cell = _setup_source(bundle_nb)
+    assert f'PACK_URL = "{archive}"' in cell, "build_bundle did not stamp the zip's path"
+    proc = _run_setup_cell(python, env, cell, "google.colab")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "bdist_wheel" not in out and "setuptools" not in proc.stderr, out[-4000:]
+    assert f"installing it from {archive}" in proc.stdout and "minutes" in proc.stdout, proc.stdout
+    assert "Keeping this runtime's own torch 2.14.1 and torchvision 0.29.1" in proc.stdout, proc.stdout
+    assert "Leaving this runtime's own Jupyter as it is" in proc.stdout, proc.stdout
+    assert f"{PROBE} {PINNED_PROBE}" in proc.stdout, "the final line names what pip changed:\n" + proc.stdout
+    assert "Preset: smoke" in proc.stdout, "the rest of the setup cell did not run:\n" + out[-3000:]
+    assert f"UTILS FROM {home / BUNDLE_NAME / 'utils' / '__init__.py'}" in proc.stdout, proc.stdout
+
+    after = _versions(python, env, pinned)
+    wrong = {name: (after["versions"][name], pin) for name, pin in pinned.items() if after["versions"][name] != pin}
+    assert not wrong, f"installed versions that differ from the bundle's pins (installed, pinned): {wrong}"
+    assert after["build_tools"] == [], f"the bootstrap installed build tools: {after['build_tools']}"
+    assert students_work.read_text() == "a student's answers, unpacked here earlier", "the bootstrap overwrote a notebook"
+
+
+@pytest.mark.slow
+def test_any_jupyter_with_pip_installs_the_pack_and_asks_for_a_restart_when_needed(hosted_pack, tmp_path):
+    """No google.colab (Kaggle, Binder, a JupyterHub), the release's cell (PACK_URL empty) with the
+    student's `%env LAS_PACK_URL=` a file:// URL, and the runtime already imported the probe at its
+    other version: the cell installs the pins, then asks for a restart rather than run on a
+    half-replaced package; after the restart the same cell goes through."""
+    archive, pinned, wheels = hosted_pack
+    python, env = _hosted_runtime(tmp_path / "venv", colab=False, wheels=wheels)
+    assert subprocess.run([str(python), "-c", "import google.colab"], env=env, capture_output=True).returncode != 0
+    cell = _setup_source(NOTEBOOK_DIRS["release"] / "task1_infonce.ipynb")
+    env["LAS_PACK_URL"] = archive.as_uri()
+
+    first = _run_setup_cell(python, env, cell, PROBE.replace("-", "_"))
+    assert first.returncode != 0, first.stdout[-3000:]
+    assert f"already imported at another version: {PROBE} {RUNTIME_PROBE}" in first.stderr, first.stderr[-3000:]
+    assert "Restart the kernel" in first.stderr, first.stderr[-3000:]
+    assert _versions(python, env, [PROBE])["versions"][PROBE] == PINNED_PROBE
+
+    again = _run_setup_cell(python, env, cell)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
+    assert "pip changed 0 of" in again.stdout and "Preset: smoke" in again.stdout, again.stdout
+    after = _versions(python, env, pinned)
+    assert {n: v for n, v in after["versions"].items() if v != pinned[n]} == {}, after
+    assert after["build_tools"] == [], after
