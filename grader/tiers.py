@@ -26,7 +26,7 @@ from pathlib import Path
 
 EXTENSION_TAG = "extension"
 RUBRIC_TAG = "rubric"
-MAX_CORE_LINES = 250
+MAX_CORE_LINES = 200
 MAX_CORE_WRITTEN = 14
 
 _RUBRIC_HEAD = re.compile(r"^\*\*Rubric: `(?P<gid>[A-Za-z0-9_]+)` \((?P<pts>[0-9.]+) points?\)\*\*")

@@ -79,14 +79,13 @@ _ST_ORDER = """    optimizer.zero_grad(set_to_none=True)
 _LP_LOSS = "loss = F.cross_entropy(probe(x_train[idx]), train_labels[idx])"
 _LP_STATS = "mean, std = train_feats.float().mean(0), train_feats.float().std(0) + 1e-6"
 _LP_X = "x_train, x_test = (train_feats.float() - mean) / std, (test_feats.float() - mean) / std"
-_LP_RET = "return float((predictions == test_labels.to(predictions.device)).float().mean())"
+_LP_RET = "return float((logits.argmax(1) == test_labels.to(logits.device)).float().mean())"
 _LP_CHECK = """    if (train_feats.dim() != 2 or test_feats.dim() != 2 or train_feats.shape[1] != test_feats.shape[1]
             or len(train_feats) != len(train_labels) or len(test_feats) != len(test_labels)):
         raise ValueError(
             f"expected train [N, d] with N labels and test [M, d] with M labels, got {tuple(train_feats.shape)}, "
             f"{tuple(train_labels.shape)}, {tuple(test_feats.shape)}, {tuple(test_labels.shape)}")
 """
-_LP_PRED = "predictions = probe(x_test).argmax(1)"
 
 # knn_accuracy
 _KN_NORM = """bank = F.normalize(train_feats.float(), dim=1)
@@ -326,7 +325,7 @@ MUTANTS = [
            find=_LP_STATS, replace="mean, std = 0.0, 1.0",
            visible=True, case="probe_standardises"),
     Mutant(cell="linear_probe_accuracy", name="returns a tensor instead of a float",
-           find=_LP_RET, replace="return (predictions == test_labels.to(predictions.device)).float().mean()",
+           find=_LP_RET, replace="return (logits.argmax(1) == test_labels.to(logits.device)).float().mean()",
            visible=True, case="probe_accuracy"),
     Mutant(cell="linear_probe_accuracy", name="standardises the caller's features in place",
            find=_LP_X, replace="x_train, x_test = train_feats.float().sub_(mean).div_(std), (test_feats.float() - mean) / std",
@@ -335,7 +334,8 @@ MUTANTS = [
            find=_LP_CHECK, replace="",
            visible=True, case="probe_rejects"),
     Mutant(cell="linear_probe_accuracy", name="scores the training predictions",
-           find=_LP_PRED, replace="predictions = probe(x_train).argmax(1)[:len(x_test)]",
+           find=_LP_RET, replace="return float((probe(x_train).argmax(1)[:len(x_test)] == test_labels.to(logits.device))"
+                                 ".float().mean())",
            visible=True, case="probe_accuracy"),
     Mutant(cell="linear_probe_accuracy", name="one epoch whatever epochs says",
            find="for _ in range(epochs):", replace="for _ in range(1):",
