@@ -48,6 +48,13 @@ MARKER = "@@visible-checks@@"
 WITHOUT_MUTANT: dict[str, str] = {
     "taskA_simclr:head_defaults": "the defaults hidden_dim=1024, out_dim=128 are given code (the signature, outside the "
                                   "solution block): no answer changes them; the visible test checks ProjectionHead(512)",
+    # issue #26 moved these parts into given code inside the answer cells (the core's size): no mistake in the
+    # student's part (the standardisation, the accuracy; the pure fit) can break them
+    "taskA_simclr:probe_rejects": "the shape checks of linear_probe_accuracy are given code",
+    "taskA_simclr:probe_deterministic": "the probe's seeded shuffle is given code",
+    "taskA_simclr:probe_test_set_unused": "the probe's training loop (on x_train only) is given code",
+    "taskB_pythia_scaling:fit_irreducible": "fit_power_law's irreducible=True branch is given code",
+    "taskB_pythia_scaling:fit_rejects_bad_input": "fit_power_law's input checks are given code",
 }
 
 
