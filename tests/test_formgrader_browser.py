@@ -27,6 +27,7 @@ import pytest
 
 from browser import CHROMIUM, CHROMIUM_ARGS, Server, free_port, lab_settings, playwright_or_skip
 from fixtures.hostile import grader_cli
+from test_nbgrader_bridge import _sources   # (cell type, source) of each cell: the release comparison there
 from grader import GRADER_DIR, ROOT
 from grader.course import nbgrader_env
 
@@ -86,11 +87,6 @@ def _lab(tmp_path: Path, grading: Path, release: Path) -> Server:
            f"--LabApp.user_settings_dir={lab_settings(tmp_path / 'lab-settings')}",
            f"--LabApp.workspaces_dir={tmp_path / 'lab-workspaces'}"]
     return Server(cmd, cwd=GRADER_DIR, env=env, log=tmp_path / "lab.log", port=port, token=token)
-
-
-def _sources(path: Path) -> list[tuple[str, str]]:
-    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    return [(c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"]) for c in cells]
 
 
 def _close_modal(frame, modal_id: str, timeout_s: float) -> str:

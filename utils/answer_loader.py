@@ -382,11 +382,23 @@ def check_notebook(path: str, *, statement_seconds: float = STATEMENT_SECONDS) -
     return problems
 
 
+def check_notebook_isolated(path: str) -> list[str]:
+    """:func:`check_notebook` of ``path`` in a fresh interpreter (the student's code must not touch the
+    caller's); a check that itself crashes is reported as one problem."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "utils.answer_loader", "--one", path], capture_output=True,
+                          text=True)
+    lines = proc.stdout.strip().splitlines()
+    try:
+        return list(json.loads(lines[-1]))
+    except (IndexError, ValueError):   # no output, or not the JSON line: the check itself crashed
+        return [f"the check itself failed: {(proc.stderr.strip().splitlines() or ['no output'])[-1][:300]}"]
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m utils.answer_loader NOTEBOOK ...``: one line per notebook, details above it;
     exit status 1 when any notebook has a problem."""
-    import subprocess
-
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--one":
         problems = check_notebook(argv[1])
@@ -395,15 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = 0
     verdicts = []
     for path in argv:
-        proc = subprocess.run([sys.executable, "-m", "utils.answer_loader", "--one", path], capture_output=True,
-                              text=True)
-        lines = proc.stdout.strip().splitlines()
-        try:
-            problems = json.loads(lines[-1]) if lines else None
-        except ValueError:
-            problems = None
-        if problems is None:
-            problems = [f"the check itself failed: {(proc.stderr.strip().splitlines() or ['no output'])[-1][:300]}"]
+        problems = check_notebook_isolated(path)
         name = os.path.basename(path)
         for p in problems:
             print(f"{name}: {p}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import sys
 
 #: at most this many problem lines per notebook and check; the rest are counted
@@ -97,14 +96,9 @@ def nbgrader_problems(path: str, *, verbose: bool = False) -> list[str]:
 
 def grader_view_problems(path: str) -> list[str]:
     """The grader's view of ``path`` (utils/answer_loader.py, in its own process) as one line per problem."""
-    proc = subprocess.run([sys.executable, "-m", "utils.answer_loader", "--one", path],
-                          capture_output=True, text=True)
-    lines = proc.stdout.strip().splitlines()
-    try:
-        return list(json.loads(lines[-1])) if lines else ["the grader's view printed nothing"]
-    except ValueError:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        return [f"the grader's view itself failed: {last}"]
+    from utils.answer_loader import check_notebook_isolated
+
+    return check_notebook_isolated(path)
 
 
 def _show(name: str, title: str, problems: list[str]) -> None:
