@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the hostile fixture set lives with the tests
 
 from fixtures.hostile import CELL_TIMEOUT, EXPECTED, MEM_GB, build, grader_cli, write_inbox  # noqa: E402
-from grader.__main__ import table  # noqa: E402
+from grader.course import table  # noqa: E402
 from grader.course import scratch_course  # noqa: E402
 from grader.mutants import notebooks_with_mutants, student_copy  # noqa: E402
 from grader.mutants import run as run_mutants  # noqa: E402

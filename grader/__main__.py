@@ -7,14 +7,22 @@ Verbs:
   collect PATH         import submissions (zips named by student id, student folders, or
                        <student>__<notebook>.ipynb files) into grading/submitted/
   autograde            grade everyone (or --student ID), --workers N in parallel, each notebook in
-                       a sandboxed kernel with a per-cell timeout and a memory cap
+                       a sandboxed kernel with a per-cell timeout and a memory cap; run it again after
+                       a crash to resume (students graded with the same inputs are skipped; --regrade);
+                       --shard I/N (or auto: a Slurm array or Kubernetes Indexed Job task) grades one
+                       shard of the class into grading/shards/I-of-N/
+  merge-shards [DIRS]  merge the shards' gradebooks, status files and autograded notebooks into grading/
+                       (refuses shards of other seeds or assignments; names the students missing)
   export               grading/grades.csv: one row per student with status and reason
   feedback             grading/feedback/<student>/ex01/*.html, hidden tests removed
   mutants              judge the plausible wrong answers in grader/mutants/ over 20 seeds
                        and report the kill rate per notebook
+  tiers [FOLDER]       the core proxy (solution lines and written answers, core and extensions) and the
+                       rubric problems of every source notebook; exits 1 over the limits (grader/tiers.py)
 
-Statuses: graded | timed out | kernel died | unreadable | tampered (tests restored, graded on the
-originals). Every verb exits non-zero only when the run itself failed, never because a student did
+Statuses (grades.csv, worst first): unreadable (0 points) | kernel died | timed out | tampered (test or
+locked cells edited, deleted or invented: the judge ignores them) | review (the static audit flagged code
+for a TA) | graded. Every verb exits non-zero only when the run itself failed, never because a student did
 (mutants: also when a mutant survives, i.e. a hidden test is too weak).
 """
 
@@ -26,22 +34,7 @@ import time
 from pathlib import Path
 
 
-def _cell(value, max_width: int) -> str:
-    """One table cell: printable (a file name that is not UTF-8 must not crash the summary) and
-    cut to ``max_width`` characters."""
-    from .course import printable
-
-    text = printable(value)
-    return text if len(text) <= max_width else text[: max_width - 3] + "..."
-
-
-def table(rows: list[list], headers: list[str], max_width: int = 90) -> str:
-    """A plain-text table; long cells are cut to ``max_width`` characters."""
-    cells = [[str(h) for h in headers]] + [[_cell(c, max_width) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+from .course import table  # noqa: E402 - the summary tables every verb prints
 
 
 def _course(args):
@@ -104,22 +97,57 @@ def cmd_autograde(args) -> int:
 
     course = _course(args)
     settings = Settings(workers=args.workers, cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout,
-                        judge_budget=args.judge_budget, mem_gb=args.mem_gb, sandbox=args.sandbox, kernel_threads=args.kernel_threads)
+                        judge_budget=args.judge_budget, mem_gb=args.mem_gb, sandbox=args.sandbox, kernel_threads=args.kernel_threads,
+                        full_run=args.full_run)
     if not course.students():
         print(f"no submissions under {course.grading / 'submitted'}: run `python -m grader collect PATH` first",
               file=sys.stderr)
         return 1
+    if args.sandbox == "bwrap" and not settings.protections()["bwrap"]:
+        print("--sandbox bwrap: bubblewrap is not usable here (not installed, or user namespaces are blocked)",
+              file=sys.stderr)
+        return 1
     started = time.monotonic()
-    statuses = autograde(course, args.student or None, settings)
+    target, students, shard = course, args.student or None, None
+    if args.shard:
+        from .batch import parse_shard, prepare_shard
+
+        index, count, where = parse_shard(args.shard)
+        root = Path(args.shard_dir) if args.shard_dir else None
+        target, students = prepare_shard(course, index, count, root, args.student, settings)
+        shard = f"shard {index}/{count}"
+        print(f"{shard} (from {where}): {len(students)} of {len(course.students())} students, graded into {target.grading}")
+    summary: dict = {}
+    statuses = autograde(target, students, settings, regrade=args.regrade, summary=summary, bar=True) if students != [] else {}
     rows = [[s, st["status"], f"{st['score']:g}/{st['max_score']:g}", st["reason"] or "-"]
             for s, st in sorted(statuses.items())]
     print(table(rows, ["student", "status", "autograded", "reason"]))
-    print(f"{len(statuses)} students in {time.monotonic() - started:.0f} s with {settings.workers} worker(s): "
-          f"{_count(st['status'] for st in statuses.values())}")
-    prot = next(iter(statuses.values()))["protections"] if statuses else {}
+    seconds = time.monotonic() - started
+    graded = summary.get("graded", 0)
+    rate = (f" | {graded} graded now: {60 * graded / max(summary['seconds'], 1e-9):.1f} students per minute, "
+            f"{summary['worker_seconds'] / graded:.0f} worker-seconds per student" if graded else "")
+    print(f"{len(statuses)} students in {seconds:.0f} s with {settings.workers} worker(s): "
+          f"{_count(st['status'] for st in statuses.values())}{rate}"
+          + (f"; {summary['skipped']} graded before, skipped" if summary.get("skipped") else ""))
+    if shard:
+        print(f"{shard} done. When every shard is: python -m grader merge-shards"
+              + (f" {Path(args.shard_dir).resolve()}" if args.shard_dir else "") + ", then python -m grader export")
+    prot = next(iter(statuses.values()))["protections"] if statuses else settings.protections()
     off = [k for k in ("network", "filesystem", "memory") if not prot.get(k)]
     print("protections: " + ("all on (no network, isolated filesystem, memory cap)" if not off
                              else "OFF: " + ", ".join(off) + " (see grader/sandbox.py; install bubblewrap)"))
+    return 0
+
+
+def cmd_merge_shards(args) -> int:
+    from .shards import merge_shards
+
+    course = _course(args)
+    merged = merge_shards(course, [Path(d) for d in args.dirs] or None, allow_missing=args.allow_missing)
+    rows = [[s, index] for index, names in sorted(merged.items()) for s in names]
+    print(table(rows, ["student", "shard"]))
+    print(f"merged {len(rows)} students from {len(merged)} shard(s) into {course.grading}: "
+          "now `python -m grader export` (and feedback)")
     return 0
 
 
@@ -168,6 +196,12 @@ def cmd_mutants(args) -> int:
     return 1 if bad else 0
 
 
+def cmd_tiers(args) -> int:
+    from .tiers import main as tiers_main
+
+    return tiers_main([args.folder] if args.folder else [])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -192,6 +226,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernel-threads", type=int, default=0,
                    help="torch threads per kernel (default: CPU cores / workers; 1 on a machine shared with other jobs)")
     p.add_argument("--sandbox", choices=["auto", "bwrap", "unshare", "none"], default="auto")
+    p.add_argument("--full-run", choices=["light", "full"], default="light",
+                   help="light (default): the course's demonstration cells run only their definitions and show the "
+                        "outputs the student submitted, test cells show the judge's report; full: every cell runs, "
+                        "as in Jupyter (about 2x the grading time; points are the same)")
+    p.add_argument("--regrade", action="store_true",
+                   help="grade again students already graded with the same submission, assignment, seed and settings")
+    p.add_argument("--shard", metavar="I/N|auto",
+                   help="grade only shard I of N of the class (auto: from a Slurm job array or a Kubernetes Indexed Job)")
+    p.add_argument("--shard-dir", help="folder of the shard folders (default grading/shards; shared storage on a cluster)")
+    p = sub.add_parser("merge-shards", help="merge graded shards into the grading folder")
+    p.add_argument("dirs", nargs="*", help="shard folders, or folders holding them (default grading/shards)")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="merge the graded students even when some shard has not graded all of its own")
     p = sub.add_parser("export", help="write the grades CSV")
     p.add_argument("--to", help="CSV path (default grading/grades.csv)")
     p = sub.add_parser("feedback", help="write feedback HTML")
@@ -199,9 +246,12 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("mutants", help="mutation-test the judge's cases")
     p.add_argument("--notebook", action="append", help="only this notebook stem (repeatable)")
     p.add_argument("--seeds", type=int, default=20, help="input seeds 0..N-1 (every mutant must lose on each)")
+    p = sub.add_parser("tiers", help="core and extension lines, written answers and points; rubric problems")
+    p.add_argument("folder", nargs="?", help="folder of source notebooks (default solutions/ex01)")
     args = parser.parse_args(argv)
-    handler = {"release": cmd_release, "bundle": cmd_bundle, "collect": cmd_collect, "autograde": cmd_autograde, "export": cmd_export,
-               "feedback": cmd_feedback, "mutants": cmd_mutants}[args.verb]
+    handler = {"release": cmd_release, "bundle": cmd_bundle, "collect": cmd_collect, "autograde": cmd_autograde,
+               "merge-shards": cmd_merge_shards, "export": cmd_export,
+               "feedback": cmd_feedback, "mutants": cmd_mutants, "tiers": cmd_tiers}[args.verb]
     try:
         return handler(args)
     except KeyboardInterrupt:

@@ -52,6 +52,9 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
+from utils.notebook_cells import cell_source
+from utils.notebook_cells import grade_id as cell_grade_id
+
 __all__ = ["Finding", "audit_notebook", "audit_source", "summarise", "MAX_FINDINGS"]
 
 MAX_FINDINGS = 2000  # findings collected per notebook, at most
@@ -285,28 +288,11 @@ _TEXT_RULES = [(what, re.compile(pattern, re.MULTILINE), _TEXT_ANCHORS.get(what,
 
 # ----------------------------------------------------------------------------------------- helpers
 def _source(cell: dict) -> str:
-    source = cell.get("source", "")
-    if isinstance(source, list):
-        source = "".join(s for s in source if isinstance(s, str))
-    elif not isinstance(source, str):
-        return ""
-    return source.replace("\r\n", "\n").replace("\r", "\n")
+    return cell_source(cell).replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _label(cell: dict, index: int) -> str:
-    meta = cell.get("metadata")
-    nbgrader = meta.get("nbgrader") if isinstance(meta, dict) else None
-    grade_id = nbgrader.get("grade_id") if isinstance(nbgrader, dict) else None
-    if isinstance(grade_id, str) and grade_id:
-        return grade_id
-    return f"cell {index + 1}"
-
-
-def _grade_id(cell: dict) -> str | None:
-    meta = cell.get("metadata")
-    nbgrader = meta.get("nbgrader") if isinstance(meta, dict) else None
-    grade_id = nbgrader.get("grade_id") if isinstance(nbgrader, dict) else None
-    return grade_id if isinstance(grade_id, str) and grade_id else None
+    return cell_grade_id(cell) or f"cell {index + 1}"
 
 
 def _clip(text: str, limit: int = CODE_CHARS) -> str:
@@ -1005,7 +991,7 @@ def _audit_cells(cells: list, answer_ids: set[str] | None) -> list[Finding]:
             findings.append(Finding(label, line, OVERSIZED, _clip(first)))
             break
         if answer_ids is not None:
-            grade_id = _grade_id(cell)
+            grade_id = cell_grade_id(cell)
             if grade_id is not None and grade_id not in answer_ids:
                 continue
         if how is _TEXT_ONLY:

@@ -1,15 +1,19 @@
 """Autograde submissions so that one bad notebook never stops the batch.
 
-Every (student, notebook) pair is one job in two parts:
+Every student is one job (:func:`grade_student`): each submitted notebook is read defensively
+(grader/submissions.py) and audited (grader/audit.py) here, then ONE sandboxed session of that student
+(grader/session.py, in grader/sandbox.py's sandbox) runs, per notebook,
 
-* **the full run**: a scratch nbgrader course holding a snapshot of the gradebook and only that
-  notebook (prepared by grader/submissions.py), executed by a separate ``nbgrader autograde``
-  process whose kernel runs in the sandbox (grader/sandbox.py) with a per-cell timeout and a memory
-  cap. It produces the executed notebook the TA and the feedback show, and the written answers for
-  manual grading. It decides no autograded point.
-* **the judge** (grader/judge.py): the student's answer cells, probed in a second sandboxed process
-  (grader/probe.py), one forked process per case; the judge compares what came back with the
-  solution's values in this process and writes the points of every autograded test cell.
+* **the full run**: the notebook executed as Jupyter would, in an IPython shell forked after the
+  release's setup cell (light by default: the course's demonstration cells run only their definitions
+  and keep the outputs the student submitted; see :data:`DEMO_NOTE`). It produces the executed notebook
+  the TA and the feedback show, and the written answers for manual grading. It decides no autograded point.
+* **the judge's probes** (grader/probe.py): the student's answer cells loaded once, one forked
+  process per case; the judge (grader/judge.py) compares what came back with the solution's values in
+  this process and writes the points of every autograded test cell.
+
+The session imports the libraries once per student and runs each setup cell once for both steps: what
+used to cost two interpreters, two imports and two setup cells per notebook (issue #22).
 
 Jobs run ``workers`` at a time; their scores are merged into the real gradebook one by one in this
 process, so workers never fight over the sqlite file and no student's code ever sees it.
@@ -24,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -38,11 +41,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import ASSIGNMENT
-from .course import COURSE_ID, Course, add_students, nbgrader_env, snapshot_db, sync_assignment
+from .course import COURSE_ID, Course, add_students, snapshot_db, sync_assignment
 from . import judge as judging
-from .sandbox import (KERNEL_NAME, describe, join_cgroup, nproc_limit, pids_cgroup, probe_prefix, protections,
-                      remove_cgroup, write_kernel_spec)
-from .submissions import Unreadable, prepare, write
+from .sandbox import describe, join_cgroup, nproc_limit, pids_cgroup, protections, remove_cgroup
+from .submissions import Unreadable, prepare
+from utils.notebook_cells import cell_role, cell_source, grade_id, nbgrader_meta
 
 STATUS_ORDER = ["unreadable", "kernel died", "timed out", "tampered", "review", "graded"]
 
@@ -61,6 +64,7 @@ class Settings:
     seed: int | None = None          # the judge's input seed (None: the grading folder's own, see judge_seed)
     judge_budget: int = 120          # one notebook's judge run: loading its top-level code and every case
     load_seconds: int = 60           # of which, at most, running the student's top-level statements (each at most 30 s)
+    full_run: str = "light"          # light: the course's demonstration cells run their definitions only; full: every cell
 
     def threads(self) -> int:
         return self.kernel_threads or max(1, (os.cpu_count() or 1) // max(1, self.workers))
@@ -106,98 +110,188 @@ def _worst(statuses) -> str:
 
 
 # ----------------------------------------------------------------------------- one job
-def _job_env(scratch: Path, settings: Settings, notebook: str) -> dict:
-    env = nbgrader_env()
-    env.update(
-        JUPYTER_PATH=str(write_kernel_spec(scratch / "jupyter")),
-        JUPYTER_RUNTIME_DIR=str(scratch / "runtime"),
-        TMPDIR=str(scratch / "runtime"),  # nbclient writes the connection file with tempfile
-        JUPYTER_CONFIG_DIR=str(scratch / "jupyter-config"),
-        JUPYTER_PLATFORM_DIRS="1",
-        LAS_SANDBOX=json.dumps({"mode": settings.mode(), "workdir": str(scratch / "work"),
-                                "overlay": protections()["overlay"]}),
-        LAS_KERNEL_LIMITS=json.dumps(_limits(settings)),
-        OMP_NUM_THREADS=str(settings.threads()),
-    )
-    env.pop("NBGRADER_EXECUTION", None)
-    return env
-
-
 def _limits(settings: Settings) -> dict:
-    """The kernel's and the probe harness's setrlimit caps (grader/kernel.py apply_limits)."""
+    """The session's setrlimit caps (grader/kernel.py apply_limits), per process."""
     limits = {"mem_bytes": int(settings.mem_gb * 1024 ** 3), "fsize_bytes": 2 * 1024 ** 3}
     if os.getuid() != 0:  # root ignores RLIMIT_NPROC: the pids cgroup caps it (sandbox.pids_cgroup)
         limits["nproc"] = nproc_limit()
     return limits
 
 
-def _limit_grader_process(mem_bytes: int, cgroup: Path | None = None):
-    join = join_cgroup(cgroup)
-
-    def apply():
-        import resource
-
-        join()
-        # nbgrader itself holds every output the kernel streams: cap it too (above the kernel's cap)
-        cap = mem_bytes + 4 * 1024 ** 3
-        resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
-    return apply
-
-
-def _run(cmd: list[str], *, cwd: Path, env: dict, timeout: float, mem_bytes: int,
-         cgroup: Path | None = None) -> tuple[int | None, str]:
-    """Run in its own session; on timeout kill the whole group (nbgrader and, through
-    PR_SET_PDEATHSIG / bwrap --die-with-parent, its kernel). Returns (returncode or None, log)."""
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_limit_grader_process(mem_bytes, cgroup))
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            code = None
-        out.seek(0, 2)
-        size = out.tell()
-        out.seek(max(0, size - 200_000))
-        return code, out.read().decode("utf-8", "replace")
-
-
 def grade_notebook(course: Course, student: str, notebook: str, settings: Settings, db_snapshot: Path,
                    workroot: Path, reference: dict | None = None) -> NotebookResult:
-    """Autograde one notebook of one student: the full run, then the judge. Never raises for
-    student faults. ``reference`` is the solution's evidence (judge.reference_records)."""
-    result = NotebookResult(student, notebook)
+    """Autograde one notebook of one student (nbgrader's Autograde button grades one at a time):
+    :func:`grade_student` with that notebook alone. ``db_snapshot`` is unused (kept for callers)."""
+    return grade_student(course, student, [notebook], settings, db_snapshot, workroot, {notebook: reference})[0]
+
+
+@dataclass
+class _Job:
+    """One readable notebook of a student's session: as graded, and where its results go."""
+    notebook: str
+    graded: dict          # the submission with the release's locked cells restored
+    release: dict
+    result: NotebookResult
+
+
+def grade_student(course: Course, student: str, notebooks: list[str], settings: Settings, db_snapshot: Path,
+                  workroot: Path, references: dict[str, dict | None]) -> list[NotebookResult]:
+    """Autograde every notebook of one student (one job of the batch); never raises for student faults.
+    ``references`` maps each notebook to the solution's evidence (judge.reference_records).
+
+    Each notebook is read defensively and audited here; then ONE sandboxed session
+    (grader/session.py) runs every readable notebook's full run and judge probes, importing the
+    libraries once and running each setup cell once for both; the judge's points are decided here,
+    outside the sandbox."""
     started = time.monotonic()
-    submitted = course.folder("submitted", student) / f"{notebook}.ipynb"
-    if not submitted.exists():
-        result.reasons.append(f"{notebook}.ipynb not submitted (0 points)")
-        result.grades = None  # zero everything
-        return result
-    try:
-        prepared = prepare(submitted, course.release / f"{notebook}.ipynb")
-    except Unreadable as exc:
-        result.status, result.grades = "unreadable", None
-        result.reasons.append(str(exc))
-        return result
-    if prepared.tampered:
-        result.status = "tampered"
-    result.reasons += prepared.tampered + prepared.notes
-    _audit(prepared.notebook, notebook, result, course.release / f"{notebook}.ipynb")
+    results = [NotebookResult(student, nb) for nb in notebooks]
+    jobs: list[_Job] = []
+    for result in results:
+        notebook = result.notebook
+        submitted = course.folder("submitted", student) / f"{notebook}.ipynb"
+        if not submitted.exists():
+            result.reasons.append(f"{notebook}.ipynb not submitted (0 points)")
+            result.grades = None  # zero everything
+            continue
+        release_path = course.release / f"{notebook}.ipynb"
+        try:
+            prepared = prepare(submitted, release_path)
+        except Unreadable as exc:
+            result.status, result.grades = "unreadable", None
+            result.reasons.append(str(exc))
+            continue
+        if prepared.tampered:
+            result.status = "tampered"
+        result.reasons += prepared.tampered + prepared.notes
+        _audit(prepared.notebook, notebook, result, release_path)
+        release = json.loads(release_path.read_text(encoding="utf-8"))
+        jobs.append(_Job(notebook, restore_locked_cells(prepared.notebook, release), release, result))
+    if jobs:
+        scratch = Path(tempfile.mkdtemp(prefix=f"{student}-", dir=workroot))
+        cgroup = pids_cgroup(scratch.name)
+        try:
+            records, tail = _run_session(student, jobs, settings, scratch, course, cgroup)
+        finally:
+            remove_cgroup(cgroup)
+        infra = not any(r.get("kind") in ("cell", "header") for r in records)
+        for job in jobs:
+            job.result.scratch = scratch / job.notebook
+            job.result.scratch.mkdir()
+            job.result.infra = infra
+            mine = [r for r in records if r.get("stem") == job.notebook or r.get("kind") == "void"]
+            executed = _full_run_result(job, mine, tail, settings)
+            verdict = _verdict(job, mine, tail, settings, references.get(job.notebook))
+            _apply_verdict(course, job.notebook, verdict, executed, job.result)
+        shutil.rmtree(scratch / "session", ignore_errors=True)
+    elapsed = time.monotonic() - started
+    for result in results:   # the session's time, shared by the notebooks it graded
+        result.seconds = elapsed / max(1, len(jobs)) if result in [j.result for j in jobs] else 0.0
+    return results
 
-    scratch = Path(tempfile.mkdtemp(prefix=f"{student}-{notebook}-", dir=workroot))
-    result.scratch = scratch
-    cgroup = pids_cgroup(scratch.name)
-    try:
-        executed = _full_run(course, student, notebook, settings, db_snapshot, scratch, prepared, submitted,
-                             result, cgroup)
-        verdict = _judge_run(course, notebook, settings, scratch, prepared.notebook, reference, result, cgroup)
-    finally:
-        remove_cgroup(cgroup)
-    result.seconds = time.monotonic() - started
-    _apply_verdict(course, notebook, verdict, executed, result)
-    return result
 
+def restore_locked_cells(nb: dict, release: dict) -> dict:
+    """The notebook as graded: every locked cell (setup, given code, tests) with the release's source
+    and grading metadata, as nbgrader's OverwriteCells restores them; a deleted test cell comes back
+    after the cell that precedes it in the release. Outputs stay as submitted (the full run replaces
+    those of every cell it runs: :func:`_full_run_result`)."""
+    import copy
+
+    released = {}
+    order = []
+    for cell in release["cells"]:
+        gid = grade_id(cell)
+        if gid:
+            released[gid] = cell
+            order.append(gid)
+    out = copy.deepcopy(nb)
+    seen = set()
+    for cell in out["cells"]:
+        gid = grade_id(cell)
+        if gid in released:
+            seen.add(gid)
+            original = released[gid]
+            if not isinstance(cell.get("metadata"), dict):
+                cell["metadata"] = {}
+            cell["metadata"]["nbgrader"] = copy.deepcopy(nbgrader_meta(original))
+            if nbgrader_meta(original).get("locked"):
+                cell["source"] = original["source"]
+                cell["cell_type"] = original["cell_type"]
+        if cell.get("cell_type") == "code" and not isinstance(cell.get("outputs"), list):
+            cell["outputs"], cell["execution_count"] = [], None
+    for i, gid in enumerate(order):
+        original = released[gid]
+        flags = nbgrader_meta(original)
+        if gid in seen or not (flags.get("locked") and flags.get("grade")):
+            continue
+        after = next((j for j, c in enumerate(out["cells"]) for prev in reversed(order[:i])
+                      if grade_id(c) == prev), None)
+        cell = copy.deepcopy(original)
+        if cell.get("cell_type") == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+        out["cells"].insert(len(out["cells"]) if after is None else after + 1, cell)
+        seen.add(gid)
+    return out
+
+
+def _session_cells(graded: dict, release: dict, mode: str = "light") -> list[dict]:
+    """The code cells the full run executes, in order: index (position in ``graded``), id, role, source.
+
+    A cell that is exactly one of the release's given cells (the course's demonstrations: training
+    runs, ablations, plots) has role ``demo``: in the ``light`` mode the full run runs only its
+    definitions, and the notebook shows the outputs the student submitted for it (:func:`_demo_outputs`).
+    Every other code cell (setup, answers, tests, and any cell the student wrote or edited) runs in full."""
+    text = cell_source
+    demos = {text(c).strip() for c in release["cells"] if c.get("cell_type") == "code" and cell_role(c) == "given"}
+    cells = []
+    for i, cell in enumerate(graded["cells"]):
+        if cell.get("cell_type") != "code":
+            continue
+        role = cell_role(cell)
+        if role == "given":
+            role = "demo" if mode == "light" and text(cell).strip() in demos else "answer"
+        cells.append({"index": i, "id": grade_id(cell) or f"cell {i + 1}", "role": role, "source": text(cell)})
+    return cells
+
+
+#: The first output of a demonstration cell the light full run did not execute.
+DEMO_NOTE = ("[grader] The course's demonstration code in this cell was not re-run by the autograder (it grades "
+             "no point: the judge grades your functions). The outputs below are the ones you submitted.\n")
+
+
+def _run_session(student: str, jobs: list[_Job], settings: Settings, scratch: Path, course: Course,
+                 cgroup) -> tuple[list[dict], str]:
+    """Run grader/session.py for ``jobs`` in the student's sandbox; (records, the tail of its stderr)."""
+    from .sandbox import session_prefix
+
+    work = scratch / "session" / "work"
+    work.mkdir(parents=True)
+    for job in jobs:   # what the student's code sees in its working folder: its own notebooks
+        shutil.copy(course.folder("submitted", student) / f"{job.notebook}.ipynb", work / f"{job.notebook}.ipynb")
+    threads = settings.threads()
+    env = judging._harness_env(threads)
+    env["LAS_KERNEL_LIMITS"] = json.dumps(_limits(settings))
+    prefix = session_prefix(settings.mode(), work, env, overlay=protections()["overlay"])
+    notebooks = []
+    for job in jobs:
+        runs = judging.case_runs([settings.seed or 0], job.notebook)
+        notebooks.append({"stem": job.notebook, "cells": _session_cells(job.graded, job.release, settings.full_run), "judge": {
+            "runs": runs, "isolate": "case", "case_timeout": settings.cell_timeout,
+            "budget": settings.judge_budget, "load_seconds": settings.load_seconds,
+            "statement_seconds": min(30, settings.load_seconds), "groups": judging.case_groups(job.notebook),
+            "variants": {"student": judging.notebook_cells(job.release, job.graded)}}})
+    plan = {"notebooks": notebooks, "cell_timeout": settings.cell_timeout, "threads": threads,
+            "notebook_timeout": settings.notebook_timeout, "judge_budget": settings.judge_budget,
+            "max_output_lines": settings.max_output_lines, "setup_seconds": SETUP_SECONDS,
+            "full_run": settings.full_run}
+    outer_env = dict(env) if not prefix or prefix[0] != "bwrap" else {"PATH": os.environ.get("PATH", "")}
+    # the session keeps each notebook to its limits itself; this is the backstop
+    timeout = 60 + len(jobs) * (settings.notebook_timeout + settings.judge_budget + SETUP_SECONDS)
+    return judging.run_harness(plan, workdir=work, command_prefix=prefix, env=outer_env, timeout=timeout,
+                               threads=threads, preexec_fn=join_cgroup(cgroup), module="grader.session")
+
+
+#: Seconds a notebook's setup cell (imports, the model suite) may take inside a session.
+SETUP_SECONDS = 120
 
 def _instructor_cells_as_released(nb: dict, release_path: Path) -> set[str]:
     """grade_ids of the locked cells (setup, given code, tests) whose source is the release's own
@@ -211,15 +305,13 @@ def _instructor_cells_as_released(nb: dict, release_path: Path) -> set[str]:
         return set()
 
     def src(cell):
-        text = cell.get("source", "")
-        return without_pack_url("".join(text) if isinstance(text, list) else str(text)).strip()
+        return without_pack_url(cell_source(cell)).strip()
 
-    locked = {c["metadata"]["nbgrader"]["grade_id"]: src(c) for c in release.get("cells", [])
-              if c.get("metadata", {}).get("nbgrader", {}).get("locked") and c["metadata"]["nbgrader"].get("grade_id")}
+    locked = {grade_id(c): src(c) for c in release.get("cells", [])
+              if nbgrader_meta(c).get("locked") and grade_id(c)}
     same = set()
     for cell in nb.get("cells", []):
-        meta = cell.get("metadata", {}) if isinstance(cell, dict) else {}
-        gid = meta.get("nbgrader", {}).get("grade_id") if isinstance(meta.get("nbgrader"), dict) else None
+        gid = grade_id(cell)
         if gid in locked and src(cell) == locked[gid]:
             same.add(gid)
     return same
@@ -243,10 +335,8 @@ def _audit_cells(nb: dict) -> list:
         if not isinstance(cell, dict):
             cells.append(None)
             continue
-        meta = cell.get("metadata")
-        nbg = meta.get("nbgrader") if isinstance(meta, dict) else None
-        gid = nbg.get("grade_id") if isinstance(nbg, dict) else None
-        cells.append({"cell_type": cell.get("cell_type"), "source": cell.get("source", ""),
+        gid = grade_id(cell)
+        cells.append({"cell_type": cell.get("cell_type"), "source": cell_source(cell),
                       "metadata": {"nbgrader": {"grade_id": gid}} if isinstance(gid, str) else {}})
     return cells
 
@@ -291,8 +381,7 @@ def _audit(nb: dict, notebook: str, result: NotebookResult, release_path: Path |
         answer_ids = None
         if release_path is not None:
             skip = _instructor_cells_as_released(nb, release_path)
-            ids = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in nb.get("cells", [])
-                   if isinstance(c, dict) and isinstance(c.get("metadata", {}).get("nbgrader"), dict)}
+            ids = {grade_id(c) for c in nb.get("cells", []) if isinstance(c, dict)}
             answer_ids = {i for i in ids if isinstance(i, str)} - skip
         findings = run_audit(nb, answer_ids, timeout=timeout, mem_bytes=mem_bytes)
     except AuditUnfinished as exc:
@@ -313,93 +402,100 @@ def _audit(nb: dict, notebook: str, result: NotebookResult, release_path: Path |
         result.audit = [f"{f.cell} line {f.line}: {f.what}: {f.code}" for f in findings[:50]]
 
 
-def _full_run(course, student, notebook, settings, db_snapshot, scratch, prepared, submitted, result,
-              cgroup) -> Path | None:
-    """Execute the whole notebook with nbgrader in the sandboxed kernel; returns the executed
-    notebook (or None) and records timeouts, a dead kernel and memory-cap hits in ``result``."""
-    course_dir = scratch / "course"
-    write(prepared.notebook, course_dir / "submitted" / student / ASSIGNMENT / f"{notebook}.ipynb")
-    (scratch / "work").mkdir()
-    (scratch / "runtime").mkdir()
-    shutil.copy(submitted, scratch / "work" / f"{notebook}.ipynb")
-    shutil.copy(db_snapshot, course_dir / "gradebook.db")
-    db_url = f"sqlite:///{course_dir / 'gradebook.db'}"
-    cmd = [sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT, "--force", f"--student={student}",
-           f"--CourseDirectory.root={course_dir}", f"--CourseDirectory.db_url={db_url}",
-           f"--CourseDirectory.course_id={COURSE_ID}",
-           f"--ExecutePreprocessor.kernel_name={KERNEL_NAME}",
-           f"--ExecutePreprocessor.timeout={settings.cell_timeout}",
-           "--ExecutePreprocessor.interrupt_on_timeout=True",
-           f"--ExecutePreprocessor.startup_timeout={max(120, settings.cell_timeout)}",
-           "--KernelManager.transport=ipc",
-           # absolute socket paths in a folder the sandbox binds (relative ones would resolve
-           # against two different working directories)
-           f"--KernelManager.ip={scratch / 'runtime' / 'kernel'}",
-           "--OverwriteCells.add_missing_cells=True",
-           f"--LimitOutput.max_lines={settings.max_output_lines}",
-           "--Autograde.create_student=True"]
-    code, log = _run(cmd, cwd=course_dir, env=_job_env(scratch, settings, notebook),
-                     timeout=settings.notebook_timeout, mem_bytes=int(settings.mem_gb * 1024 ** 3), cgroup=cgroup)
-    result.log = log
-    executed = course_dir / "autograded" / student / ASSIGNMENT / f"{notebook}.ipynb"
-    result.full_run_ok = code == 0 and executed.exists()
-    if code is None:
+def _full_run_result(job: _Job, records: list[dict], tail: str, settings: Settings) -> Path | None:
+    """The executed notebook from the session's cell records (written to the job's scratch folder),
+    and the full run's status (timeouts, a dead process, memory-cap hits) in ``job.result``."""
+    result, notebook = job.result, job.notebook
+    result.log = tail
+    nb = json.loads(json.dumps(job.graded))
+    roles = {c["index"]: c["role"] for c in _session_cells(job.graded, job.release, settings.full_run)}
+    submitted = {i: nb["cells"][i].get("outputs") for i in roles}
+    for i in roles:   # a cell the full run did not reach shows no output
+        nb["cells"][i]["outputs"], nb["cells"][i]["execution_count"] = [], None
+    executed_cells = 0
+    for rec in records:
+        if rec.get("kind") == "cell" and rec.get("index") in roles and isinstance(rec.get("outputs"), list):
+            i = rec["index"]
+            outputs = rec["outputs"]
+            if roles[i] == "demo":
+                kept = submitted[i] if isinstance(submitted[i], list) else []
+                outputs = [*outputs, {"output_type": "stream", "name": "stdout", "text": DEMO_NOTE}, *kept]
+            nb["cells"][i]["outputs"] = [o for o in outputs if isinstance(o, dict) and o.get("output_type") in
+                                         ("stream", "display_data", "execute_result", "error")][:100]
+            count = rec.get("execution_count")
+            nb["cells"][i]["execution_count"] = count if isinstance(count, int) and roles[i] != "demo" else None
+            executed_cells += 1
+    _manual_grades(job)
+    full = next((r for r in records if r.get("kind") == "full_run"), None)
+    status = full.get("status") if isinstance(full, dict) else "died"
+    where = _cell_name(nb, full.get("index")) if isinstance(full, dict) else ""
+    if status == "budget":
         result.status = _worse(result.status, "timed out")
         result.reasons.insert(0, f"{notebook}: the full run was still going after the {settings.notebook_timeout} s "
-                                 "limit per notebook (a loop that ignores interrupts?); its outputs are lost, "
-                                 "the judge graded the functions")
+                                 "limit per notebook (a loop that ignores interrupts?); the cells after it were not "
+                                 "run, the judge graded the functions")
         result.full_run_reason = result.reasons[0]
+    elif status == "timeout":
+        result.status = _worse(result.status, "timed out")
+        result.reasons.insert(0, f"{notebook}: a cell ({where}) ran past {settings.cell_timeout} s and ignored the "
+                                 "interrupt; the full run stopped there")
+        result.full_run_reason = result.reasons[0]
+    elif status == "forged":
+        result.status = _worse(result.status, "review")
+        result.reasons.insert(0, f"{notebook}: something in the notebook wrote into the full run's own channel at "
+                                 f"{where or 'its start'}; the full run stopped there (the judge graded the functions); "
+                                 "look at it by hand")
+        result.full_run_reason = result.reasons[0]
+    elif status != "ok":
+        result.status = _worse(result.status, "kernel died")
+        result.reasons.insert(0, f"{notebook}: the kernel died in the full run{f' at {where}' if where else ''} "
+                                 f"(os._exit, a crash, or the {settings.mem_gb:g} GB memory cap); look at it by hand")
+        result.full_run_reason = result.reasons[0]
+    result.full_run_ok = status == "ok"
+    if not executed_cells:
         return None
-    if code != 0 or not executed.exists():
-        result.infra = bool(re.search(r"Kernel died before replying to kernel_info|Kernel didn't respond", log))
-        if re.search(r"CellTimeoutError|Timeout waiting for execute reply", log):
-            result.status = _worse(result.status, "timed out")
-            result.reasons.insert(0, f"{notebook}: a cell ran past {settings.cell_timeout} s and ignored the "
-                                     "interrupt; the full run stopped there")
-            result.full_run_reason = result.reasons[0]
-        elif re.search(r"DeadKernelError|Kernel died|kernel died", log):
-            result.status = _worse(result.status, "kernel died")
-            result.reasons.insert(0, f"{notebook}: the kernel died in the full run (os._exit, a crash, or the "
-                                     f"{settings.mem_gb:g} GB memory cap); look at it by hand")
-            result.full_run_reason = result.reasons[0]
-        else:
-            # nbgrader itself tripped over what the notebook did (a patched json module, say): the judge
-            # still grades the functions, and a TA should look
-            result.status = _worse(result.status, "review")
-            last = [ln for ln in log.splitlines() if "ERROR" in ln or "Error" in ln][-3:]
-            result.reasons.insert(0, f"{notebook}: the full run failed inside nbgrader ({' | '.join(last)[-300:]}); "
-                                     "the judge graded the functions; look at it by hand")
-            result.full_run_reason = result.reasons[0]
-        return None
+    executed = result.scratch / f"{notebook}.ipynb"
+    executed.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
     _inspect_outputs(executed, result, settings)
-    _read_scores(db_url, student, notebook, result)
     result.autograded = executed
     return executed
 
 
-def _judge_run(course, notebook, settings, scratch, nb, reference, result, cgroup):
-    """Probe the answer cells in the sandbox and judge the evidence; None when there is no reference."""
+def _cell_name(nb: dict, index) -> str:
+    if not isinstance(index, int) or not 0 <= index < len(nb["cells"]):
+        return ""
+    return grade_id(nb["cells"][index]) or f"cell {index + 1}"
+
+
+def _manual_grades(job: _Job) -> None:
+    """Written answers go to the TA, as nbgrader's SaveAutoGrades decides: an answer left exactly as
+    released scores 0 and needs no grading (nbgrader.utils.determine_grade's checksum rule)."""
+    import nbformat
+    from nbgrader import utils as nbutils
+
+    grades = dict(job.result.grades or {})
+    for cell in job.graded["cells"]:
+        flags = nbgrader_meta(cell)
+        if not (flags.get("grade") and flags.get("solution")):
+            continue
+        try:
+            node = nbformat.from_dict({**cell, "source": cell_source(cell)})
+            unchanged = flags.get("checksum") and flags["checksum"] == nbutils.compute_checksum(node)
+        except Exception:  # noqa: BLE001 - an odd cell is simply graded by hand
+            unchanged = False
+        grades[flags["grade_id"]] = (0.0, False) if unchanged else (None, True)
+    job.result.grades = grades
+
+
+def _verdict(job: _Job, records: list[dict], tail: str, settings: Settings, reference: dict | None):
+    """The judge's verdict on the session's evidence for this notebook; None without a reference."""
     if reference is None:
         return None
-    release = json.loads((course.release / f"{notebook}.ipynb").read_text(encoding="utf-8"))
-    workdir = scratch / "judge"
-    workdir.mkdir()
-    threads = settings.threads()
-    env = judging._harness_env(threads)
-    env["LAS_KERNEL_LIMITS"] = json.dumps(_limits(settings))
-    prefix = probe_prefix(settings.mode(), workdir, env, overlay=protections()["overlay"])
-    # the sandbox gets each case's own seed, never the batch's (judge.case_runs)
-    runs = judging.case_runs([settings.seed or 0], notebook)
-    plan = {"stem": notebook, "runs": runs, "isolate": "case", "case_timeout": settings.cell_timeout,
-            "budget": settings.judge_budget, "load_seconds": settings.load_seconds,
-            "statement_seconds": min(30, settings.load_seconds), "groups": judging.case_groups(notebook),
-            "variants": {"student": judging.notebook_cells(release, nb)}}
-    secrets = (str(settings.seed or 0), *(str(v) for v in runs[0]["case_seeds"].values()))
-    outer_env = dict(env) if not prefix or prefix[0] != "bwrap" else {"PATH": os.environ.get("PATH", "")}
-    # the harness keeps to the budget itself; this is the backstop (interpreter start, setup cell, kill)
-    timeout = settings.judge_budget + 60
-    records, tail = judging.run_harness(plan, workdir=workdir, command_prefix=prefix, env=outer_env,
-                                        timeout=timeout, threads=threads, preexec_fn=join_cgroup(cgroup))
+    result, notebook, release = job.result, job.notebook, job.release
+    secrets = (str(settings.seed or 0), *(str(v) for v in judging.case_runs([settings.seed or 0], notebook)[0]["case_seeds"].values()))
+    void = next((str(r.get("problem")) for r in records if r.get("kind") in ("void", "notebook_void")), "")
+    if void:
+        records = [{"kind": "void", "problem": void}]
     cases, header = judging.by_case(records, "student")
     void = judging.void_problem(records)
     if void:
@@ -412,7 +508,15 @@ def _judge_run(course, notebook, settings, scratch, nb, reference, result, cgrou
     verdict = judging.judge(notebook, cases, reference, judging.points_per_test_cell(release), header, secrets)
     timed = sorted({c.cell for c in verdict.cases if not c.passed and "did not finish" in c.message})
     if timed:
+        # the light full run does not call the functions: a function that hangs shows here
+        result.status = _worse(result.status, "timed out")
         result.reasons.append(f"{notebook}: checks of {', '.join(timed)} ran past their time limit (0 for those checks)")
+    cell_of = {case.probe: case.cell for case in judging.load_cases(notebook)}
+    died = sorted({cell_of[name] for name, rec in cases.items() if rec.get("status") == "died" and name in cell_of})
+    if died:
+        result.status = _worse(result.status, "kernel died")
+        result.reasons.append(f"{notebook}: checks of {', '.join(died)} ended their grading process (os._exit, a crash "
+                              f"or the {settings.mem_gb:g} GB memory cap; 0 for those checks)")
     budget = sorted({c.cell for c in verdict.cases if not c.passed and "was used up" in c.message})
     if budget:
         result.status = _worse(result.status, "timed out")
@@ -438,9 +542,9 @@ def _apply_verdict(course, notebook, verdict, executed, result) -> None:
         return
     release = json.loads((course.release / f"{notebook}.ipynb").read_text(encoding="utf-8"))
     for cell in release["cells"]:
-        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
-        gid = meta.get("grade_id")
-        if meta.get("grade") and meta.get("solution"):     # a written answer: the TA grades it
+        flags = nbgrader_meta(cell)
+        gid = flags.get("grade_id")
+        if flags.get("grade") and flags.get("solution"):     # a written answer: the TA grades it
             result.grades[gid] = manual.get(gid, (None, True))
     for cell, pts in verdict.points.items():
         result.grades[cell] = (pts, False)
@@ -456,7 +560,7 @@ def _annotate(executed: Path, verdict) -> None:
     try:
         nb = json.loads(executed.read_text(encoding="utf-8"))
         for cell in nb["cells"]:
-            gid = ((cell.get("metadata") or {}).get("nbgrader") or {}).get("grade_id")
+            gid = grade_id(cell)
             if gid in verdict.points and cell.get("cell_type") == "code":
                 cell.setdefault("outputs", []).append(
                     {"output_type": "stream", "name": "stdout", "text": verdict.cell_report(gid) + "\n"})
@@ -474,7 +578,7 @@ def _inspect_outputs(executed: Path, result: NotebookResult, settings: Settings)
     nb = json.loads(executed.read_text(encoding="utf-8"))
     timed_out: set[str] = set()
     for i, cell in enumerate(nb["cells"]):
-        where = (cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id") or f"cell {i}"
+        where = grade_id(cell) or f"cell {i}"
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
                 ename, evalue = str(out.get("ename", "")), str(out.get("evalue", ""))
@@ -490,17 +594,6 @@ def _inspect_outputs(executed: Path, result: NotebookResult, settings: Settings)
     if "Timeout waiting for execute reply" in result.log and not any("interrupted" in r for r in result.reasons):
         result.status = _worse(result.status, "timed out")
         result.reasons.append(f"a cell ran past {settings.cell_timeout} s and was interrupted")
-
-
-def _read_scores(db_url: str, student: str, notebook: str, result: NotebookResult) -> None:
-    from nbgrader.api import Gradebook
-
-    with Gradebook(db_url, COURSE_ID) as gb:
-        sub = gb.find_submission_notebook(notebook, ASSIGNMENT, student)
-        for grade in sub.grades:
-            result.grades[grade.cell.name] = (grade.auto_score, grade.needs_manual_grade)
-        for comment in sub.comments:
-            result.comments[comment.cell.name] = comment.auto_comment
 
 
 # ----------------------------------------------------------------------------- merging
@@ -572,7 +665,7 @@ def _insert_rubrics(executed: Path, source: Path) -> None:
         cells = []
         for cell in nb["cells"]:
             cells.append(cell)
-            gid = ((cell.get("metadata") or {}).get("nbgrader") or {}).get("grade_id")
+            gid = grade_id(cell)
             if gid in rubrics and cell.get("cell_type") == "markdown":
                 cells.append({"cell_type": "markdown", "metadata": {"tags": [RUBRIC_TAG]},
                               "source": rubrics.pop(gid)})
@@ -583,9 +676,19 @@ def _insert_rubrics(executed: Path, source: Path) -> None:
 
 
 def autograde(course: Course, students: list[str] | None = None, settings: Settings | None = None,
-              progress=print, sync: bool = True) -> dict[str, dict]:
-    """Grade ``students`` (default: everyone in grading/submitted). Returns student -> status dict
-    (also written to grading/status/<student>.json)."""
+              progress=print, sync: bool = True, *, regrade: bool = False, summary: dict | None = None,
+              bar: bool = False) -> dict[str, dict]:
+    """Grade ``students`` (default: everyone in grading/submitted), one job per student, ``workers`` at
+    a time. Returns student -> status dict (grading/status/<student>.json).
+
+    Each finished student is merged into the gradebook and their status file written at once, with a
+    fingerprint of what was graded (grader/batch.py): a batch killed half-way loses only the students
+    in flight, and running it again skips every student whose status carries the fingerprint of the
+    present submission, assignment, grader, seed and settings (``regrade``: grade them all again).
+    ``summary``, if given, receives the run's figures (graded, skipped, seconds, worker_seconds);
+    ``bar`` shows a tqdm bar on a terminal's stderr (the progress lines still go to ``progress``)."""
+    from .batch import batch_fingerprint, ensure_seed, grade_settings, invalidate, is_finished, student_fingerprint
+
     settings = settings or Settings()
     notebooks = sync_assignment(course) if sync or not course.db_path.exists() else course.notebook_names()
     everyone = course.students()
@@ -597,46 +700,103 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
     add_students(course, students)
     prot = settings.protections()
     progress(f"sandbox: {settings.mode()} | {describe(prot)}")
+    if settings.seed is None:
+        settings.seed = ensure_seed(course.grading)
+    batch = batch_fingerprint(course, notebooks, settings.seed, grade_settings(settings))
+    fingerprints = {s: student_fingerprint(course, s, notebooks, batch) for s in students}
+    statuses: dict[str, dict] = {}
+    for s in students:
+        status = course.read_json("status", s)
+        if not regrade and is_finished(status, fingerprints[s]):
+            statuses[s] = status
+    todo = [s for s in students if s not in statuses]
+    if statuses:
+        names = sorted(statuses)
+        progress(f"skipped {len(names)} of {len(students)} students, graded before with these submissions, "
+                 f"assignment, grader, seed and settings (--regrade grades them again): "
+                 + ", ".join(names[:30]) + (f" and {len(names) - 30} more" if len(names) > 30 else ""))
+    started = time.monotonic()
+    worker_seconds = 0.0
     workroot = Path(tempfile.mkdtemp(prefix="las-autograde-"))
+    tqdm_bar = None
     try:
+        if bar and todo:
+            from tqdm.auto import tqdm
+
+            tqdm_bar = tqdm(total=len(todo), unit="student", file=sys.stderr, disable=None, dynamic_ncols=True)
+            if not tqdm_bar.disable:
+                say = progress
+
+                def progress(msg):  # the lines go above the bar, not through it
+                    with tqdm_bar.external_write_mode():
+                        say(msg)
         snapshot = workroot / "gradebook.db"
         snapshot_db(course.db_path, snapshot)
-        if settings.seed is None:
-            settings.seed = judging.judge_seed(course.grading)
         references = {}
-        for nb in notebooks:
+        for nb in notebooks if todo else []:
             progress(f"judge: reference values of {nb} (the solution, outside the sandbox)")
             release = json.loads((course.release / f"{nb}.ipynb").read_text(encoding="utf-8"))
             solution = json.loads((course.source / f"{nb}.ipynb").read_text(encoding="utf-8"))
             references[nb] = judging.reference_records(nb, release, solution, settings.seed, workroot,
                                                        threads=settings.threads())
-        results: dict[str, list[NotebookResult]] = {s: [] for s in students}
-        jobs = [(s, nb) for s in students for nb in notebooks]
+        ran: list[NotebookResult] = []
         with ThreadPoolExecutor(max(1, settings.workers)) as pool:
-            futures = {pool.submit(grade_notebook, course, s, nb, settings, snapshot, workroot, references[nb]): (s, nb)
-                       for s, nb in jobs}
+            futures = {pool.submit(grade_student, course, s, notebooks, settings, snapshot, workroot, references): s
+                       for s in todo}
             for done, future in enumerate(as_completed(futures), 1):
-                s, nb = futures[future]
+                s = futures[future]
                 try:
-                    res = future.result()
+                    results = list(future.result())
+                    finished = not any(r.infra for r in results)
                 except Exception as exc:  # noqa: BLE001 - a grader bug must not stop the batch either
-                    res = NotebookResult(s, nb, status="unreadable", grades=None,
-                                         reasons=[f"{nb}: grading failed: {exc.__class__.__name__}: {exc}"])
-                res.score, res.max_score = merge(course, res)
-                results[s].append(res)
-                progress(f"[{done}/{len(jobs)}] {s} {nb}: {res.status} {res.score:g}/{res.max_score:g} "
-                         f"({res.seconds:.0f} s)")
-                if res.scratch is not None:
-                    shutil.rmtree(res.scratch, ignore_errors=True)
-        ran = [r for rs in results.values() for r in rs if r.scratch is not None]
+                    results = [NotebookResult(s, nb, status="unreadable", grades=None,
+                                              reasons=[f"{nb}: grading failed: {exc.__class__.__name__}: {exc}"])
+                               for nb in notebooks]
+                    finished = False   # the grader's fault, not the student's: the next run tries again
+                invalidate(course, s)  # from here until the status is written, s is not finished
+                for res in results:
+                    res.score, res.max_score = merge(course, res)
+                    worker_seconds += res.seconds
+                    progress(f"[{done}/{len(todo)}] {s} {res.notebook}: {res.status} {res.score:g}/{res.max_score:g} "
+                             f"({res.seconds:.0f} s)")
+                # written last: a status file with a fingerprint means every notebook above is merged
+                statuses[s] = record_statuses(course, {s: results}, prot,
+                                              fingerprints={s: fingerprints[s]} if finished else None)[s]
+                for res in results:
+                    if res.scratch is not None:
+                        shutil.rmtree(res.scratch, ignore_errors=True)
+                ran += [r for r in results if r.scratch is not None]
+                elapsed = time.monotonic() - started
+                left = elapsed / done * (len(todo) - done)
+                progress(f"[{done}/{len(todo)}] {s}: {statuses[s]['status']} {statuses[s]['score']:g}/"
+                         f"{statuses[s]['max_score']:g} | {_minutes(elapsed)} so far, "
+                         + (f"about {_minutes(left)} left" if done < len(todo) else "done"))
+                if tqdm_bar is not None:
+                    tqdm_bar.update(1)
         if ran and all(r.infra for r in ran):
             raise RuntimeError("no grading kernel started (sandbox mode "
                                f"{settings.mode()!r}); try --sandbox none to check. nbgrader said:\n"
                                + ran[0].log[-2000:])
-        statuses = record_statuses(course, results, prot)
-        return statuses
+        wall = time.monotonic() - started
+        if todo:
+            progress(f"graded {len(todo)} students in {_minutes(wall)}: {60 * len(todo) / max(wall, 1e-9):.1f} "
+                     f"students per minute with {settings.workers} worker(s), {worker_seconds / len(todo):.0f} "
+                     f"worker-seconds per student" + (f"; {len(statuses) - len(todo)} skipped" if len(statuses) > len(todo) else ""))
+        if summary is not None:
+            summary.update(graded=len(todo), skipped=len(students) - len(todo), seconds=wall,
+                           worker_seconds=worker_seconds)
+        return {s: statuses[s] for s in students}
     finally:
+        if tqdm_bar is not None:
+            tqdm_bar.close()
         shutil.rmtree(workroot, ignore_errors=True)
+
+
+def _minutes(seconds: float) -> str:
+    """``seconds`` as the TA reads a duration: '45 s', '12.5 min', '3.2 h'."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def _notebook_status(res: NotebookResult) -> dict:
@@ -654,9 +814,11 @@ def _notebook_status(res: NotebookResult) -> dict:
 
 
 def record_statuses(course: Course, results: dict[str, list[NotebookResult]], prot: dict,
-                    update: bool = False) -> dict[str, dict]:
+                    update: bool = False, fingerprints: dict[str, dict] | None = None) -> dict[str, dict]:
     """Write grading/status/<student>.json for every student of ``results``; with ``update`` the
-    notebooks graded before (nbgrader's autograde button grades one notebook at a time) are kept."""
+    notebooks graded before (nbgrader's autograde button grades one notebook at a time) are kept.
+    ``fingerprints`` (grader/batch.py) marks students as finished; a status without one (``update``,
+    a grader failure) is graded again by the next batch."""
     statuses = {}
     for s, per_nb in results.items():
         collected = course.read_json("collect", s)
@@ -677,6 +839,8 @@ def record_statuses(course: Course, results: dict[str, list[NotebookResult]], pr
             "protections": prot,
             "graded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
+        if fingerprints and s in fingerprints:
+            status["fingerprint"] = fingerprints[s]
         course.write_json("status", s, status)
         statuses[s] = status
     return statuses

@@ -7,7 +7,7 @@ student needs and nothing that grades:
 
 - ``notebooks/ex01/*.ipynb``: the student release (regenerated from solutions/ by nbgrader into a
   scratch folder, so the bundle never depends on a stale committed copy), with the pack URL (where a
-  hosted notebook fetches the pack, see ``grader.authoring.SETUP_BOOTSTRAP``) written into each setup cell;
+  hosted notebook fetches the pack, see ``utils.hosted_install.SETUP_BOOTSTRAP``) written into each setup cell;
 - ``utils/`` (Python files only), ``data/`` (the tracked data files; never CIFAR-10 or caches);
 - its own ``pyproject.toml`` (installs ``utils`` only), ``requirements.txt`` / ``environment.yml``
   (the pack's pins minus the test tools), ``pack.sh`` (``env``, ``lab``, ``run``), ``README.md``
@@ -37,8 +37,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from utils.notebook_cells import cell_source, grade_id, is_rubric, nbgrader_meta, read_notebook, write_notebook_json
+
 from . import ASSIGNMENT, GRADER_DIR, ROOT
-from .tiers import is_rubric
 
 BUNDLE_NAME = f"{ASSIGNMENT}-student"
 CONFIG = GRADER_DIR / "bundle.toml"
@@ -139,21 +140,20 @@ def _release_notebooks(dest: Path, pack_url: str) -> list[str]:
     import nbformat
     from nbgrader.utils import compute_checksum
 
-    from .release import generate_release, write_notebook_json
+    from .release import generate_release
 
     with tempfile.TemporaryDirectory(prefix="las-bundle-") as tmp:
         generated = generate_release(Path(tmp))
         dest.mkdir(parents=True, exist_ok=True)
         names = []
         for nb in sorted(generated.glob("*.ipynb")):
-            data = json.loads(nb.read_text(encoding="utf-8"))
+            data = read_notebook(nb)
             stamped = 0
             for cell in data["cells"]:
-                if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "setup":
-                    src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-                    cell["source"] = stamp_pack_url(src, pack_url)
+                if grade_id(cell) == "setup":
+                    cell["source"] = stamp_pack_url(cell_source(cell), pack_url)
                     # nbgrader validate compares a locked cell with its checksum: keep them in step.
-                    cell["metadata"]["nbgrader"]["checksum"] = compute_checksum(nbformat.from_dict(cell))
+                    nbgrader_meta(cell)["checksum"] = compute_checksum(nbformat.from_dict(cell))
                     stamped += 1
             if stamped != 1:
                 raise RuntimeError(f"{nb.name}: expected one setup cell (grade_id 'setup'), found {stamped}")
@@ -283,8 +283,8 @@ def solution_blocks(solutions: Path | None = None) -> list[tuple[str, str, list[
     solutions = solutions or ROOT / "solutions" / ASSIGNMENT
     blocks = []
     for nb in sorted(solutions.glob("*.ipynb")):
-        for index, cell in enumerate(json.loads(nb.read_text(encoding="utf-8"))["cells"]):
-            src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        for index, cell in enumerate(read_notebook(nb)["cells"]):
+            src = cell_source(cell)
             kind = "code" if cell.get("cell_type") == "code" else "prose"
             norm = _normalise if kind == "code" else _prose
             if is_rubric(cell):   # a TA's rubric (grader/tiers.py): all of it is secret
@@ -317,7 +317,7 @@ def _file_text(path: Path) -> str | None:
             cells = json.loads(text)["cells"]
         except (ValueError, KeyError, TypeError):
             cells = []
-        text = "\n".join("".join(c.get("source", "")) for c in cells if isinstance(c, dict))
+        text = "\n".join(cell_source(c) for c in cells if isinstance(c, dict))
     return text
 
 

@@ -27,7 +27,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from utils.notebook_cells import read_notebook
+
 from . import ASSIGNMENT, ROOT
+from .release import nbgrader_env, release_notebooks  # noqa: F401 - nbgrader_env: every verb's, re-exported
 
 COURSE_ID = "learning-at-scale"
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$")
@@ -63,6 +66,22 @@ def shown(name) -> str:
 
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _table_cell(value, max_width: int) -> str:
+    """One table cell: printable (a file name that is not UTF-8 must not crash the summary) and
+    cut to ``max_width`` characters."""
+    text = printable(value)
+    return text if len(text) <= max_width else text[: max_width - 3] + "..."
+
+
+def table(rows: list[list], headers: list[str], max_width: int = 90) -> str:
+    """A plain-text table; long cells are cut to ``max_width`` characters."""
+    cells = [[str(h) for h in headers]] + [[_table_cell(c, max_width) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
 
 
 def spreadsheet_safe(value):
@@ -155,16 +174,6 @@ class Course:
         tmp.replace(path)
 
 
-def nbgrader_env(env: dict | None = None) -> dict:
-    """``env`` (default: this process's) for an nbgrader subprocess: the repository on PYTHONPATH, and
-    this interpreter's bin/ first on PATH, because nbgrader runs `alembic` from PATH to create a
-    gradebook, even when the environment was not activated (`.venv/bin/python -m grader ...`)."""
-    full = dict(os.environ if env is None else env)
-    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full.get("PYTHONPATH", "")]))
-    full["PATH"] = os.pathsep.join(filter(None, [os.path.dirname(sys.executable), full.get("PATH", "")]))
-    return full
-
-
 def scratch_course(folder: Path, notebook: Path) -> tuple[Course, dict, dict]:
     """A one-notebook course in ``folder`` (source/, grading/) synced into its gradebook; returns
     (course, the release nbgrader generated, the source notebook), both as notebook dicts."""
@@ -172,8 +181,7 @@ def scratch_course(folder: Path, notebook: Path) -> tuple[Course, dict, dict]:
     shutil.copy(notebook, folder / "source")
     course = Course(grading=folder / "grading", source=folder / "source")
     sync_assignment(course)
-    release = json.loads((course.release / notebook.name).read_text(encoding="utf-8"))
-    return course, release, json.loads(notebook.read_text(encoding="utf-8"))
+    return course, read_notebook(course.release / notebook.name), read_notebook(notebook)
 
 
 def nbgrader(args: list[str], *, course_root: Path, db_url: str, env: dict | None = None,
@@ -191,29 +199,11 @@ def sync_assignment(course: Course) -> list[str]:
     """Put the assignment (its notebooks, grade cells and source cells) into the gradebook and
     write the matching release to ``grading/release``; returns the notebook stems.
 
-    Runs ``nbgrader generate_assignment`` in a scratch course whose source is ``course.source``, so
-    the committed notebooks/ folder is never touched.
+    The release is made as ``python -m grader release`` makes it (grader/release.py
+    :func:`release_notebooks`), from ``course.source``; the committed notebooks/ folder is never touched.
     """
     course.grading.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="las-sync-") as tmp:
-        tmp = Path(tmp)
-        shutil.copytree(course.source, tmp / "source" / ASSIGNMENT,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-        proc = nbgrader(["generate_assignment", ASSIGNMENT, "--force", "--log-level=WARN"],
-                        course_root=tmp, db_url=course.db_url)
-        if proc.returncode != 0:
-            raise RuntimeError("nbgrader generate_assignment failed while syncing the gradebook:\n"
-                               + proc.stdout[-3000:] + proc.stderr[-3000:])
-        from .release import check_no_leaks
-
-        check_no_leaks(tmp / "release" / ASSIGNMENT)
-        if course.release.exists():
-            shutil.rmtree(course.release)
-        shutil.copytree(tmp / "release" / ASSIGNMENT, course.release)
-        from .release import _normalise
-
-        for path in course.release.glob("*.ipynb"):   # the release a student got has no rubric cells
-            _normalise(path, drop_rubrics=True)
+    release_notebooks(course.source, course.release, db_url=course.db_url)
     return course.notebook_names()
 
 

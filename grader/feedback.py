@@ -32,11 +32,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from utils.notebook_cells import RUBRIC_TAG, cell_metadata, cell_source, cell_tags, grade_id, nbgrader_meta, \
+    read_notebook
+
 from . import ASSIGNMENT
 from .course import COURSE_ID, Course, nbgrader, printable, shown, snapshot_db, valid_student_id, write_csv
 from .safehtml import clean_fragment, clean_markdown, clean_page, safe_markdown
 from .submissions import INTEGRITY_TAG
-from .tiers import RUBRIC_TAG, grade_tiers
+from .tiers import grade_tiers
 
 HIDDEN_BLOCK = re.compile(r"[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[ \t]*\n?", re.S)
 PLACEHOLDER = "# (hidden tests ran here; their results are below)\n"
@@ -299,17 +302,16 @@ def _safe_output(out: dict) -> dict | None:
     return safe
 
 
-def _safe_cell_metadata(meta) -> dict:
-    """Only the tags (plain names) and a well-formed nbgrader block: nbgrader's feedback template writes
-    the grade_id into links unescaped, nbconvert the tags into class names."""
-    meta = meta if isinstance(meta, dict) else {}
+def _safe_cell_metadata(cell: dict) -> dict:
+    """The cell's metadata reduced to its tags (plain names) and a well-formed nbgrader block: nbgrader's
+    feedback template writes the grade_id into links unescaped, nbconvert the tags into class names."""
     safe = {}
-    tags = meta.get("tags")
-    if isinstance(tags, list):
-        safe["tags"] = [t for t in tags if isinstance(t, str) and SAFE_TAG.fullmatch(t)]
-    nbg = meta.get("nbgrader")
-    if isinstance(nbg, dict) and isinstance(nbg.get("grade_id"), str) and SAFE_NAME.fullmatch(nbg["grade_id"]):
-        safe["nbgrader"] = nbg
+    tags = [t for t in cell_tags(cell) if isinstance(t, str) and SAFE_TAG.fullmatch(t)]
+    if tags:
+        safe["tags"] = tags
+    gid = grade_id(cell)
+    if gid is not None and SAFE_NAME.fullmatch(gid):
+        safe["nbgrader"] = nbgrader_meta(cell)
     return safe
 
 
@@ -336,9 +338,7 @@ def strip_active_outputs(nb: dict) -> dict:
     shows a TA, in the TA's own browser session."""
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "markdown":
-            src = _text(cell.get("source"))
-            if src is not None:
-                cell["source"] = clean_markdown(src)
+            cell["source"] = clean_markdown(cell_source(cell))
         if "outputs" in cell and isinstance(cell["outputs"], list):
             cell["outputs"] = [o for o in (_safe_output(x) for x in cell["outputs"] if isinstance(x, dict)) if o]
     return nb
@@ -353,7 +353,7 @@ def strip_active(nb: dict) -> dict:
                       "language_info": {"name": "python", "pygments_lexer": "ipython3"}}
     for cell in nb["cells"]:
         kind = cell.get("cell_type")
-        src = _text(cell.get("source")) or ""
+        src = cell_source(cell)
         if kind == "markdown":
             kept = _safe_attachments(cell.get("attachments"))
             # a link to an attachment that is gone would stop nbconvert ("missing attachment")
@@ -365,7 +365,7 @@ def strip_active(nb: dict) -> dict:
         elif kind == "code":
             cell["outputs"] = [o for o in (_safe_output(out) for out in cell.get("outputs") or []
                                            if isinstance(out, dict)) if o is not None]
-        cell["metadata"] = _safe_cell_metadata(cell.get("metadata"))
+        cell["metadata"] = _safe_cell_metadata(cell)
     return nb
 
 
@@ -373,9 +373,9 @@ def sanitise(nb: dict) -> dict:
     """A copy of an autograded notebook that is safe to show the student (and safe to render)."""
     cells = []
     for cell in nb["cells"]:
-        if {INTEGRITY_TAG, RUBRIC_TAG} & set(cell.get("metadata", {}).get("tags", [])):
+        if {INTEGRITY_TAG, RUBRIC_TAG} & set(cell_tags(cell)):
             continue  # the grader's integrity note and the TA's rubrics are not for the student
-        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        src = cell_source(cell)
         if "BEGIN HIDDEN TESTS" in src:
             src = HIDDEN_BLOCK.sub(PLACEHOLDER, src)
             if "HIDDEN TESTS" in src:   # unbalanced markers: drop everything from the marker on
@@ -386,7 +386,7 @@ def sanitise(nb: dict) -> dict:
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
                 tb = "\n".join(out.get("traceback", []))
-                if "grader" in ANSI.sub("", tb) or (cell.get("metadata", {}).get("nbgrader") or {}).get("grade"):
+                if "grader" in ANSI.sub("", tb) or nbgrader_meta(cell).get("grade"):
                     out["traceback"] = [f"{out.get('ename', 'Error')}: {out.get('evalue', '')}"]
         cells.append(cell)
     nb["cells"] = cells
@@ -398,8 +398,8 @@ def hidden_lines(course: Course) -> dict[str, list[str]]:
     found = {}
     for path in course.source.glob("*.ipynb"):
         lines = []
-        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
-            src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        for cell in read_notebook(path)["cells"]:
+            src = cell_source(cell)
             for block in re.findall(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", src, re.S):
                 lines += [ln.strip() for ln in block.splitlines() if len(ln.strip()) >= 12]
         found[path.stem] = lines
@@ -433,16 +433,19 @@ def _report_texts(stem: str, entry: dict, release: dict) -> dict[str, str]:
 HOST_PATH = re.compile(r"(?:/[^\s/'\"|()\[\]]+)+/([^\s/'\"|()\[\]]*)")   # /tmp/las-autograde-x/a/b.ipynb -> b.ipynb
 
 
-def _not_run_note(entry: dict, stem: str) -> dict:
-    """The markdown cell at the top of a page whose notebook could not be run to the end."""
+def _not_run_note(entry: dict, stem: str, partial: bool = False) -> dict:
+    """The markdown cell at the top of a page whose notebook could not be run to the end (``partial``:
+    the page shows the outputs of the cells that did run)."""
     status = str(entry.get("status") or "not run")
     reasons = [str(r) for r in entry.get("reasons") or []]
     why = str(entry.get("full_run_reason") or next((r for r in reasons if "full run" in r), "") or status)
     why = re.sub(r"\s+", " ", printable(why.removeprefix(f"{stem}: "))).strip()
     why = HOST_PATH.sub(lambda m: m.group(1), why)[:600]   # nbgrader's log names the grader's scratch folders
+    shown = ("notebook with the outputs of the cells that ran before it stopped" if partial else
+             "notebook as you submitted it, without outputs")
     text = (f"This notebook could not be run to the end when it was graded ({status}: {why}). Below is the "
-            "notebook as you submitted it, without outputs; under each test cell the autograder lists its "
-            "checks of your functions, which it ran on their own.")
+            f"{shown}; under each test cell the autograder lists its checks of your functions, which it ran "
+            "on their own.")
     return {"cell_type": "markdown", "metadata": {}, "id": "feedback-not-run",
             "source": '<div class="alert alert-warning tex2jax_ignore"><strong>Not run to the end.</strong> '
                       f"{html.escape(text)}</div>"}
@@ -461,24 +464,19 @@ def not_run_notebook(course: Course, student: str, stem: str, entry: dict) -> di
     nb = prepare(course.folder("submitted", student) / f"{stem}.ipynb", release_path).notebook
     reports = _report_texts(stem, entry, release)
 
-    def gid_of(cell):
-        meta = (cell.get("metadata") or {}).get("nbgrader") if isinstance(cell.get("metadata"), dict) else None
-        return meta.get("grade_id") if isinstance(meta, dict) else None
-
-    released = {gid_of(c): c for c in release["cells"] if gid_of(c)}
-    present = {gid_of(c) for c in nb["cells"]}
+    released = {grade_id(c): c for c in release["cells"] if grade_id(c)}
+    present = {grade_id(c) for c in nb["cells"]}
     deleted = [copy.deepcopy(c) for g, c in released.items() if g in reports and g not in present]
     cells, seen = [_not_run_note(entry, stem)], set()
     for cell in nb["cells"] + deleted:
-        gid = gid_of(cell)
+        gid = grade_id(cell)
         original = released.get(gid)
         if original is not None and gid not in seen:
             seen.add(gid)
-            if original["metadata"]["nbgrader"].get("locked"):   # tests, setup: as released (nbgrader restores them too)
+            if nbgrader_meta(original).get("locked"):   # tests, setup: as released (nbgrader restores them too)
                 cell = copy.deepcopy(original)
             else:
-                cell["metadata"] = {**(cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}),
-                                    "nbgrader": copy.deepcopy(original["metadata"]["nbgrader"])}
+                cell["metadata"] = {**cell_metadata(cell), "nbgrader": copy.deepcopy(nbgrader_meta(original))}
         if cell.get("cell_type") == "code":
             cell["outputs"], cell["execution_count"] = [], None
             if gid in reports and original is not None:
@@ -492,22 +490,25 @@ def _stage(course: Course, student: str, tmp: Path) -> list[str]:
     """Copy the student's autograded notebooks, sanitised, into the scratch course; returns the
     problems met. A notebook that cannot be read or sanitised is left out (and reported), so
     nbgrader never sees it and the student's other notebooks still get feedback. A notebook the
-    judge graded but whose full run failed (no executed copy) is staged from the submitted notebook
-    (:func:`not_run_notebook`)."""
+    judge graded but whose full run failed before its first cell (no executed copy) is staged from the
+    submitted notebook (:func:`not_run_notebook`); one that stopped part-way gets the same note on top.""" 
     problems, staged = [], set()
     src = course.folder("autograded", student)
     out = tmp / "autograded" / student / ASSIGNMENT
+    status = course.read_json("status", student)
+    notebooks = status.get("notebooks") if isinstance(status, dict) else None
     for path in sorted(src.glob("*.ipynb")) if src.is_dir() else []:
         try:
             nb = sanitise(json.loads(path.read_text(encoding="utf-8")))
+            entry = notebooks.get(path.stem) if isinstance(notebooks, dict) else None
+            if isinstance(entry, dict) and entry.get("full_run_reason"):   # stopped part-way: say so on top
+                nb["cells"].insert(0, _not_run_note(entry, path.stem, partial=True))
             out.mkdir(parents=True, exist_ok=True)
             (out / path.name).write_text(json.dumps(nb), encoding="utf-8")
             staged.add(path.stem)
         except Exception as exc:  # noqa: BLE001 - a corrupt autograded file: report it, go on
             problems.append(f"{path.name}: no feedback, the autograded notebook could not be read "
                             f"({exc.__class__.__name__}: {str(exc)[:160]}); look at it by hand")
-    status = course.read_json("status", student)
-    notebooks = status.get("notebooks") if isinstance(status, dict) else None
     for stem in course.notebook_names():
         entry = notebooks.get(stem) if isinstance(notebooks, dict) else None
         if stem in staged or not isinstance(entry, dict) or not isinstance(entry.get("judge"), dict):

@@ -28,22 +28,14 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from utils.answer_loader import cell_role, explain_name_error  # noqa: F401 - cell_role: one reading of the roles
+from utils.answer_loader import explain_name_error
+from utils.notebook_cells import cell_role, cell_source, cell_tags, grade_id, nbgrader_meta
 
 from . import ROOT
 from .evidence import EvidenceError, Raised, decode
 
 MAX_RECORD_BYTES = 30 * 1024 ** 2
 MAX_TOTAL_BYTES = 400 * 1024 ** 2
-
-
-def _meta(cell: dict) -> dict:
-    return (cell.get("metadata") or {}).get("nbgrader") or {}
-
-
-def _source(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else str(src)
 
 
 # --------------------------------------------------------------------------- the cases
@@ -79,30 +71,28 @@ def notebook_cells(release: dict, answers: dict | None) -> list[dict]:
     for i, cell in enumerate(release["cells"]):
         role = cell_role(cell)
         if role in ("parameters", "setup", "given"):
-            gid = _meta(cell).get("grade_id") or f"release cell {i}"
-            cells.append({"id": gid, "role": role, "source": _source(cell)})
-            release_sources.add(_source(cell).strip())
-    locked = {_meta(c).get("grade_id") for c in release["cells"] if _meta(c).get("locked") or _meta(c).get("grade")}
+            gid = grade_id(cell) or f"release cell {i}"
+            cells.append({"id": gid, "role": role, "source": cell_source(cell)})
+            release_sources.add(cell_source(cell).strip())
+    locked = {grade_id(c) for c in release["cells"] if nbgrader_meta(c).get("locked") or nbgrader_meta(c).get("grade")}
     locked.discard(None)
     student_cells = (answers or {}).get("cells", []) if isinstance(answers, dict) else []
     for i, cell in enumerate(student_cells if isinstance(student_cells, list) else []):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        meta = _meta(cell)
-        gid = meta.get("grade_id")
-        tags = (cell.get("metadata") or {}).get("tags") or []
-        if gid in locked or "parameters" in (tags if isinstance(tags, list) else []):
+        gid = grade_id(cell)
+        if gid in locked or "parameters" in cell_tags(cell):
             continue
-        source = _source(cell)
+        source = cell_source(cell)
         if not gid and source.strip() in release_sources:
             continue  # the student's unchanged copy of a given cell: the release's already loaded
-        cells.append({"id": gid if isinstance(gid, str) else f"cell {i + 1}", "role": "answer", "source": source})
+        cells.append({"id": gid or f"cell {i + 1}", "role": "answer", "source": source})
     return cells
 
 
 def points_per_test_cell(release: dict) -> dict[str, float]:
     """grade_id -> points of every autograded test cell of the release."""
-    return {_meta(c)["grade_id"]: float(_meta(c).get("points") or 0) for c in release["cells"]
+    return {grade_id(c): float(nbgrader_meta(c).get("points") or 0) for c in release["cells"]
             if cell_role(c) == "test"}
 
 
@@ -112,20 +102,21 @@ def _harness_env(threads: int) -> dict:
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", LAS_PRESET="smoke",
                NBGRADER_EXECUTION="autograde", MPLBACKEND="Agg")
-    for key in ("LAS_BUILD_DIR", "LAS_DEVICE"):
+    for key in ("LAS_BUILD_DIR", "LAS_DEVICE", "CUDA_VISIBLE_DEVICES"):
         if key in os.environ:
             env[key] = os.environ[key]
     return env
 
 
 def run_harness(plan: dict, *, workdir: Path, command_prefix: list[str] | None = None, env: dict | None = None,
-                timeout: float = 900.0, threads: int = 1, preexec_fn=None) -> tuple[list[dict], str]:
+                timeout: float = 900.0, threads: int = 1, preexec_fn=None,
+                module: str = "grader.probe") -> tuple[list[dict], str]:
     """Run ``python -m grader.probe`` on ``plan`` (optionally wrapped by ``command_prefix``, the
     sandbox) and return (records, the tail of its stderr). Never raises for what the student did:
     a harness that dies or runs past ``timeout`` leaves the cases it did not report missing."""
     workdir.mkdir(parents=True, exist_ok=True)
     # the plan goes in on stdin: the sandbox sees the per-case seeds it needs, never a file to reread
-    cmd = [*(command_prefix or []), sys.executable, "-m", "grader.probe", "-"]
+    cmd = [*(command_prefix or []), sys.executable, "-m", module, "-"]   # grader.probe or grader.session
     full_env = _harness_env(threads) if env is None else env
     records: list[dict] = []
     with tempfile.TemporaryFile(dir=workdir) as err:

@@ -1,16 +1,6 @@
-"""The grading kernel's entry point: ``python -m grader.kernel -f CONNECTION_FILE``.
-
-It runs inside the sandbox (see grader/sandbox.py) before any student code and
-
-* caps the kernel's memory, file size and core dumps with ``setrlimit`` (works everywhere),
-* makes the kernel die with its parent (a killed grading job never leaves a kernel behind),
-* starts its own session, so an interrupt reaches only the kernel and its children,
-* then hands over to ipykernel.
-
-This kernel runs the student's whole notebook (the "full run" whose outputs the TA and the feedback
-show); it decides no points. Points come from the judge (grader/judge.py), which probes the
-student's functions in a separate process (grader/probe.py, limited by the same
-:func:`apply_limits`).
+"""Process limits of the grading sandbox: :func:`apply_limits`, called by the judge's probe harness
+(grader/probe.py) and by each student's grading session (grader/session.py) before any student code
+runs; every process they fork inherits the caps.
 
 Limits come from ``$LAS_KERNEL_LIMITS`` (JSON: ``{"mem_bytes": ..., "fsize_bytes": ..., "nproc": ...}``).
 """
@@ -19,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 
 def apply_limits() -> None:
@@ -43,31 +32,3 @@ def apply_limits() -> None:
         # RLIMIT_NPROC counts every task of the real user id on the machine, so the cap is what
         # this user already runs plus a margin (threads count too: torch's pools need a few dozen).
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-
-
-def _die_with_parent() -> None:
-    """PR_SET_PDEATHSIG: SIGKILL this kernel when the process that launched it dies."""
-    try:
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - best effort (non-Linux)
-        pass
-
-
-def main() -> None:
-    _die_with_parent()
-    try:
-        os.setsid()
-    except OSError:
-        pass
-    apply_limits()
-    from ipykernel import kernelapp
-
-    kernelapp.launch_new_instance(argv=sys.argv[1:])
-
-
-if __name__ == "__main__":
-    main()

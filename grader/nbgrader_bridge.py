@@ -27,7 +27,7 @@ import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
-from .tiers import strip_rubrics
+from utils.notebook_cells import cell_role, cell_source, drop_rubrics, grade_id, nbgrader_meta
 
 
 class StripRubrics(NbGraderPreprocessor):
@@ -35,7 +35,7 @@ class StripRubrics(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         data = json.loads(nbformat.writes(nb))
-        strip_rubrics(data)
+        drop_rubrics(data)
         return nbformat.reads(json.dumps(data), as_version=4), resources
 
 
@@ -45,9 +45,9 @@ class MarkGivenCells(NbGraderPreprocessor):
     course's given cells from the cells a student added, as the judge does by comparing with the release."""
 
     def preprocess(self, nb, resources):
-        from utils.answer_loader import cell_role, source_digest
+        from utils.answer_loader import source_digest
 
-        digests = sorted({source_digest(c.source) for c in nb.cells if c.cell_type == "code"
+        digests = sorted({source_digest(cell_source(c)) for c in nb.cells if c.cell_type == "code"
                           and cell_role(c) == "given"})
         nb.metadata["las_given_cells"] = digests
         return nb, resources
@@ -108,8 +108,8 @@ class JudgeExecute(NbGraderPreprocessor):
             else:   # the full run failed: the student's cells as submitted, with the judge's reports
                 out = nb
             for cell in out.cells:
-                meta = (cell.get("metadata") or {}).get("nbgrader") or {}
-                gid = meta.get("grade_id")
+                meta = nbgrader_meta(cell)
+                gid = grade_id(cell)
                 if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
                     points = (result.grades or {}).get(gid, (0.0, False))[0] or 0.0
                     report = result.comments.get(gid) or ("Autograder: 0 points (" + "; ".join(result.reasons[:3]) + ")")

@@ -484,15 +484,27 @@ def run_plan(plan: dict, emit) -> None:
 
     ``plan["runs"]`` lists ``{"label": ..., "case_seeds": {case: seed}}``: the judge derives every
     case's seed outside the sandbox, so the batch's own seed never enters it."""
+    names: dict = fresh_names()
+    first = next(iter(plan["variants"].values()), [])
+    setup_notes = _run_trusted([c for c in first if c["role"] in ("parameters", "setup", "given")], names)
+    judge_variants(plan, names, setup_notes, emit)
+    emit({"kind": "done"})
+
+
+def fresh_names() -> dict:
+    """An empty ``__main__`` namespace for one notebook, with the grading environment set."""
+    os.environ["NBGRADER_EXECUTION"] = os.environ.get("NBGRADER_EXECUTION", "autograde")
+    os.environ.setdefault("LAS_PRESET", "smoke")
+    return {"__name__": "__main__", "__builtins__": __builtins__}
+
+
+def judge_variants(plan: dict, names: dict, setup_notes: list, emit) -> None:
+    """Every (run, variant) of ``plan`` on the trusted namespace ``names`` (the release's parameters,
+    setup and given definitions already run into it): a header and one record per case each."""
     stem = plan["stem"]
     isolate = plan.get("isolate", "case")
     registry = load_probes(stem)
     variants: dict = plan["variants"]
-    os.environ["NBGRADER_EXECUTION"] = os.environ.get("NBGRADER_EXECUTION", "autograde")
-    os.environ.setdefault("LAS_PRESET", "smoke")
-    names: dict = {"__name__": "__main__", "__builtins__": __builtins__}
-    first = next(iter(variants.values()), [])
-    setup_notes = _run_trusted([c for c in first if c["role"] in ("parameters", "setup", "given")], names)
     names.setdefault("display", lambda *args, **kwargs: None)  # IPython's display(), a no-op out of a kernel
     threads = int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
     try:
@@ -525,7 +537,6 @@ def run_plan(plan: dict, emit) -> None:
                   "load_seconds": info["load_seconds"], "restarts": info["restarts"]})
             for probe in cases:
                 emit({"kind": "case", "variant": variant, "seed": label, "case": probe.name, **results[probe.name]})
-    emit({"kind": "done"})
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,9 +1,17 @@
-"""Regenerate the student release (notebooks/ex01) from the nbgrader source (solutions/ex01)."""
+"""The student release: nbgrader's ``generate_assignment`` on the source notebooks, checked and normalised.
+
+:func:`release_notebooks` is the one way a release is made. ``python -m grader release``
+(:func:`generate_release`: notebooks/ex01, committed) and every grading run (grader/course.py
+``sync_assignment``: grading/release and the gradebook) both call it, so the release a student got and
+the one the grader compares with are made alike: with the pack's nbgrader configuration
+(grader/nbgrader_config.py: its preprocessors drop the rubrics and record the given cells), checked for
+leaked solution markers, without rubric cells, in the pack's stable JSON. This module imports nothing
+from grader/course.py (course builds on it).
+"""
 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shutil
 import subprocess
@@ -12,6 +20,9 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+# write_notebook_json lives in utils/notebook_cells.py; imported from here too (the house rules name this path)
+from utils.notebook_cells import cell_source, drop_rubrics, read_notebook, write_notebook_json
+
 from . import ASSIGNMENT, GRADER_DIR, ROOT
 
 LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
@@ -19,7 +30,7 @@ LEAK_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HID
 
 @contextmanager
 def _lock(name: str):
-    """Serialise concurrent releases (two terminals, parallel test workers)."""
+    """Serialise concurrent writers of one release folder (two terminals, parallel test workers)."""
     lock_dir = ROOT / "build"
     lock_dir.mkdir(exist_ok=True)
     with open(lock_dir / f".{name}.lock", "w") as handle:
@@ -30,62 +41,68 @@ def _lock(name: str):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def nbgrader_env(env: dict | None = None) -> dict:
+    """``env`` (default: this process's) for an nbgrader subprocess: the repository on PYTHONPATH, and
+    this interpreter's bin/ first on PATH, because nbgrader runs `alembic` from PATH to create a
+    gradebook, even when the environment was not activated (`.venv/bin/python -m grader ...`)."""
+    full = dict(os.environ if env is None else env)
+    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full.get("PYTHONPATH", "")]))
+    full["PATH"] = os.pathsep.join(filter(None, [os.path.dirname(sys.executable), full.get("PATH", "")]))
+    return full
+
+
+def release_notebooks(source: Path, dest: Path, *, db_url: str | None = None) -> Path:
+    """Generate the release of the source notebooks in ``source`` (a folder of ``<stem>.ipynb``) into
+    ``dest`` (replaced) and return ``dest``.
+
+    nbgrader runs in a scratch course holding a copy of ``source``, with the pack's configuration, and
+    records the assignment in the gradebook at ``db_url`` (default: a scratch one, thrown away).
+    Raises RuntimeError when nbgrader fails or a released notebook still holds solution markers."""
+    source, dest = Path(source), Path(dest)
+    with tempfile.TemporaryDirectory(prefix="las-release-") as tmp:
+        tmp = Path(tmp)
+        db_url = db_url or f"sqlite:///{tmp / 'gradebook.db'}"
+        shutil.copytree(source, tmp / "source" / ASSIGNMENT,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        cmd = [
+            sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force",
+            f"--CourseDirectory.root={tmp}", "--CourseDirectory.source_directory=source",
+            "--CourseDirectory.release_directory=release",
+            f"--CourseDirectory.db_url={db_url}",
+            "--log-level=WARN",
+        ]
+        # run from grader/ so nbgrader reads the pack's nbgrader_config.py (formgrader's *Generate* does too)
+        proc = subprocess.run(cmd, cwd=GRADER_DIR, capture_output=True, text=True, env=nbgrader_env())
+        if proc.returncode != 0:
+            raise RuntimeError(f"nbgrader generate_assignment failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        generated = tmp / "release" / ASSIGNMENT
+        check_no_leaks(generated)
+        with _lock("release"):
+            if dest.exists():
+                shutil.rmtree(dest)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(generated, dest)
+            for nb in dest.glob("*.ipynb"):   # the release a student gets has no rubric cells
+                write_notebook_json(nb, drop_rubrics(read_notebook(nb)))
+    return dest
+
+
 def generate_release(out_dir: Path | None = None) -> Path:
-    """Run ``nbgrader generate_assignment`` on solutions/ex01 and write the release.
+    """Release solutions/ex01 (:func:`release_notebooks`) and return the folder holding the notebooks.
 
     With ``out_dir=None`` the release replaces notebooks/ex01 (what TAs commit); otherwise it is
     written to ``out_dir/ex01`` and the committed release is left alone (the drift test uses this).
-    Returns the folder holding the generated notebooks.
     """
-    with tempfile.TemporaryDirectory(prefix="las-release-") as tmp, _lock("release"):
-        tmp = Path(tmp)
-        target = tmp / "release"
-        cmd = [
-            sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force",
-            f"--CourseDirectory.release_directory={target}",
-            f"--CourseDirectory.db_url=sqlite:///{tmp / 'gradebook.db'}",
-            "--log-level=WARN",
-        ]
-        from .course import nbgrader_env
-
-        proc = subprocess.run(cmd, cwd=GRADER_DIR, capture_output=True, text=True, env=nbgrader_env())
-        if proc.returncode != 0:
-            raise RuntimeError(f"nbgrader generate_assignment failed:\n{proc.stdout}\n{proc.stderr}")
-        generated = target / ASSIGNMENT
-        check_no_leaks(generated)
-        dest = (out_dir / ASSIGNMENT) if out_dir is not None else ROOT / "notebooks" / ASSIGNMENT
-        if dest.exists():
-            shutil.rmtree(dest)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(generated, dest)
-        for nb in dest.glob("*.ipynb"):
-            _normalise(nb, drop_rubrics=True)
-        return dest
-
-
-def _normalise(path: Path, *, drop_rubrics: bool = False) -> None:
-    """Write notebooks with stable formatting, so the committed release diffs cleanly; with
-    ``drop_rubrics`` the TA's rubric cells (grader/tiers.py) are removed first."""
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if drop_rubrics:
-        from .tiers import strip_rubrics
-
-        strip_rubrics(data)
-    write_notebook_json(path, data)
-
-
-def write_notebook_json(path: Path, data: dict) -> None:
-    """Write a notebook dict with the pack's stable formatting (sorted keys, indent 1, a final newline)."""
-    path.write_text(json.dumps(data, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
+    dest = (out_dir / ASSIGNMENT) if out_dir is not None else ROOT / "notebooks" / ASSIGNMENT
+    return release_notebooks(ROOT / "solutions" / ASSIGNMENT, dest)
 
 
 def check_no_leaks(folder: Path) -> None:
     """Raise if a released notebook still carries solution or hidden-test markers."""
     leaks = []
     for nb in folder.glob("*.ipynb"):
-        cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
-        for i, cell in enumerate(cells):
-            src = "".join(cell.get("source", ""))
+        for i, cell in enumerate(read_notebook(nb)["cells"]):
+            src = cell_source(cell)
             for marker in LEAK_MARKERS:
                 if marker in src:
                     leaks.append(f"{nb.name} cell {i}: {marker}")

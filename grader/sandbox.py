@@ -1,26 +1,23 @@
-"""Run each grading kernel in a sandbox: no network, a memory cap, and a filesystem that holds
-only what a notebook needs (the Python environment, utils/, data/, the model cache
-and the student's own folder) -- not the gradebook, other students' work or solutions/.
+"""Run each student's grading session in a sandbox: no network, a memory cap, and a filesystem that
+holds only what a notebook needs (the Python environment, utils/, data/, the model cache and the
+student's own folder) -- not the gradebook, other students' work, solutions/ or grader/checks/.
 
 Mechanisms, best first (``protections()`` says which ones this machine has):
 
 * bubblewrap (``bwrap``): new user, mount, pid, network and IPC namespaces, read-only binds;
-* ``unshare --user --net``: no network, but the kernel sees the grader's filesystem;
-* nothing: the kernel runs as a plain process;
+* ``unshare --user --net``: no network, but the session sees the grader's filesystem;
+* nothing: the session runs as a plain process;
 
-and always ``setrlimit`` caps (memory, file size) applied by grader/kernel.py inside the kernel.
-The kernel talks to nbgrader over Unix sockets (``KernelManager.transport=ipc``), which work
-across network namespaces, unlike TCP on localhost.
-
-The kernel spec's argv is ``python -m grader.sandbox {connection_file}``; this module's ``main``
-reads the job's settings from ``$LAS_SANDBOX`` (JSON) and execs the sandboxed kernel.
+and always ``setrlimit`` caps (memory, file size) applied by grader/kernel.py inside the sandbox, and a
+pids cgroup per student where the machine has one. :func:`session_prefix` wraps one student's session
+(grader/session.py); :func:`probe_prefix` wraps the judge's harness alone (grader/probe.py: the
+solution's reference values, the mutant sweeps).
 """
 
 from __future__ import annotations
 
 import functools
 import glob
-import json
 import os
 import shutil
 import subprocess
@@ -28,15 +25,6 @@ import sys
 from pathlib import Path
 
 from . import GRADER_DIR, ROOT
-
-KERNEL_NAME = "las-sandbox"
-ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "PYTHONPATH", "PYTHONHASHSEED",
-            "NBGRADER_EXECUTION", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-            "CUDA_VISIBLE_DEVICES", "MPLBACKEND", "LAS_KERNEL_LIMITS")
-# JPY_PARENT_PID stays out: inside the pid namespace the parent looks like pid 1 and ipykernel
-# would shut down at once; --die-with-parent and PR_SET_PDEATHSIG do its job instead.
-ENV_KEEP_PREFIXES = ("PYDEVD_", "LAS_PRESET", "LAS_DEVICE")
-
 
 def _run_ok(cmd: list[str]) -> bool:
     try:
@@ -82,34 +70,10 @@ def describe(prot: dict[str, bool]) -> str:
     return "; ".join(parts)
 
 
-def write_kernel_spec(folder: Path) -> Path:
-    """A kernel spec ``las-sandbox`` under ``folder/kernels`` (put ``folder`` on $JUPYTER_PATH)."""
-    spec_dir = folder / "kernels" / KERNEL_NAME
-    spec_dir.mkdir(parents=True, exist_ok=True)
-    spec = {
-        "argv": [sys.executable, "-m", "grader.sandbox", "{connection_file}"],
-        "display_name": "Python 3 (grading sandbox)",
-        "language": "python",
-        # interrupts travel as messages: a signal from outside would hit bwrap, not the kernel
-        "interrupt_mode": "message",
-    }
-    (spec_dir / "kernel.json").write_text(json.dumps(spec, indent=1), encoding="utf-8")
-    return folder
-
-
-# What each sandboxed process may read of the repository. Neither holds grader/checks/ (the judge's
-# cases), solutions/ or grading/.
-KERNEL_PATHS = ("utils", "data", "pyproject.toml", "grader/__init__.py", "grader/kernel.py")
+# What each sandboxed process may read of the repository: never grader/checks/ (the judge's cases),
+# solutions/ or grading/.
 PROBE_PATHS = ("utils", "data", "pyproject.toml", "grader/__init__.py", "grader/kernel.py", "grader/probe.py",
                "grader/evidence.py", "grader/probes")
-
-
-def _kernel_env(home: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in ENV_KEEP or k.startswith(ENV_KEEP_PREFIXES)}
-    env.update(HOME=home, MPLCONFIGDIR=f"{home}/.matplotlib", XDG_CACHE_HOME=f"{home}/.cache",
-               PYTHONDONTWRITEBYTECODE="1")
-    env.setdefault("MPLBACKEND", "Agg")
-    return env
 
 
 def _ro(path: str | Path) -> list[str]:
@@ -153,20 +117,6 @@ def _bwrap_base(repo_paths: tuple[str, ...], overlay: bool = False) -> list[str]
     return cmd
 
 
-def bwrap_command(settings: dict, connection_file: str, cwd: str) -> list[str]:
-    """The bubblewrap command line for one kernel (the full run of the student's notebook)."""
-    cmd = _bwrap_base(KERNEL_PATHS, bool(settings.get("overlay")))
-    runtime = os.path.dirname(os.path.abspath(connection_file))
-    cmd += ["--bind", runtime, runtime]
-    # The kernel's working directory is nbgrader's autograded folder, where the notebook sits during
-    # execution: show the kernel a decoy holding the submission instead.
-    workdir = settings.get("workdir") or cwd
-    cmd += ["--bind", workdir, cwd, "--chdir", cwd, "--clearenv"]
-    for key, value in _kernel_env("/tmp/home").items():
-        cmd += ["--setenv", key, value]
-    return cmd
-
-
 def probe_prefix(mode: str, workdir: Path, env: dict, overlay: bool = False) -> list[str]:
     """The command prefix that runs the judge's probe harness (grader/probe.py) in the sandbox:
     it sees the environment, utils/, data/, the model cache and grader's probe modules, never
@@ -185,24 +135,21 @@ def probe_prefix(mode: str, workdir: Path, env: dict, overlay: bool = False) -> 
     return []
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    connection_file = argv[0]
-    settings = json.loads(os.environ.get("LAS_SANDBOX", "{}"))
-    kernel = [sys.executable, "-m", "grader.kernel", "-f", connection_file]
-    mode = settings.get("mode", "none")
-    cwd = os.getcwd()
+SESSION_PATHS = PROBE_PATHS + ("grader/session.py",)
+
+
+def session_prefix(mode: str, workdir: Path, env: dict, overlay: bool = False) -> list[str]:
+    """The command prefix that runs one student's grading session (grader/session.py) in the sandbox:
+    what the probe harness sees (:func:`probe_prefix`), grader/session.py, and ``workdir`` writable
+    (the notebooks' working folder, holding only that student's submission)."""
     if mode == "bwrap":
-        cmd = bwrap_command(settings, connection_file, cwd) + ["--", *kernel]
-    elif mode == "unshare":
-        cmd = ["unshare", "--user", "--net", "--map-root-user", "--", *kernel]
-    else:
-        cmd = kernel
-    os.execvp(cmd[0], cmd)
-
-
-if __name__ == "__main__":
-    main()
+        cmd = _bwrap_base(SESSION_PATHS, overlay) + ["--as-pid-1"]
+        cmd += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir), "--clearenv"]
+        for key, value in {**env, "HOME": "/tmp/home", "MPLCONFIGDIR": "/tmp/home/.matplotlib",
+                           "XDG_CACHE_HOME": "/tmp/home/.cache"}.items():
+            cmd += ["--setenv", key, value]
+        return cmd + ["--"]
+    return probe_prefix(mode, workdir, env, overlay)
 
 
 # ----------------------------------------------------------------------------- process limits

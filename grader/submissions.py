@@ -24,6 +24,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from utils.notebook_cells import cell_source, nbgrader_meta
+
 from .bundle import without_pack_url
 
 MAX_NOTEBOOK_BYTES = 64 * 1024 ** 2
@@ -41,15 +43,6 @@ class Prepared:
     notebook: dict
     notes: list[str] = field(default_factory=list)      # what was changed, for the reason column
     tampered: list[str] = field(default_factory=list)   # tampering findings
-
-
-def _meta(cell: dict) -> dict:
-    return (cell.get("metadata") or {}).get("nbgrader") or {}
-
-
-def _source(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else str(src)
 
 
 def _check_counts(data: bytes, name: str) -> None:
@@ -159,13 +152,13 @@ def _read(path: Path) -> tuple[dict, str | None]:
 def prepare(path: Path, release_path: Path) -> Prepared:
     nb, old_format = _read(path)
     release = json.loads(release_path.read_text(encoding="utf-8"))
-    released = {_meta(c)["grade_id"]: c for c in release["cells"] if _meta(c).get("grade_id")}
+    released = {nbgrader_meta(c)["grade_id"]: c for c in release["cells"] if nbgrader_meta(c).get("grade_id")}
     out = Prepared(nb)
     if old_format:
         # nbformat 3 has no cell ids: the upgrade drew random ones. Give the graded cells the
         # release's ids and the others their position, so that a regrade sees the same notebook.
         for i, cell in enumerate(nb["cells"]):
-            original = released.get(_meta(cell).get("grade_id"))
+            original = released.get(nbgrader_meta(cell).get("grade_id"))
             cell["id"] = (original or {}).get("id") or f"cell-{i}"
         out.notes.append(f"{path.name} was saved as nbformat {old_format} (an old Jupyter): upgraded to "
                          "nbformat 4 for grading, every cell and its grading metadata kept")
@@ -173,14 +166,14 @@ def prepare(path: Path, release_path: Path) -> Prepared:
     # 1. duplicated grade_ids
     positions: dict[str, list[int]] = {}
     for i, cell in enumerate(nb["cells"]):
-        gid = _meta(cell).get("grade_id")
+        gid = nbgrader_meta(cell).get("grade_id")
         if gid:
             positions.setdefault(gid, []).append(i)
     drop: set[int] = set()
     for gid, where in positions.items():
         if len(where) < 2:
             continue
-        if _meta(released.get(gid, {})).get("locked") or _meta(nb["cells"][where[0]]).get("locked"):
+        if nbgrader_meta(released.get(gid, {})).get("locked") or nbgrader_meta(nb["cells"][where[0]]).get("locked"):
             drop.update(where[1:])
             out.notes.append(f"{len(where) - 1} copy(ies) of locked cell {gid} removed")
         else:
@@ -193,7 +186,7 @@ def prepare(path: Path, release_path: Path) -> Prepared:
     # 2. locked cells edited or deleted; grading metadata the assignment does not have
     seen = set()
     for cell in nb["cells"]:
-        gid = _meta(cell).get("grade_id")
+        gid = nbgrader_meta(cell).get("grade_id")
         if not gid:
             continue
         if gid not in released:
@@ -202,18 +195,18 @@ def prepare(path: Path, release_path: Path) -> Prepared:
             continue
         seen.add(gid)
         original = released[gid]
-        if _meta(original).get("locked") and \
-                without_pack_url(_source(cell)).strip() != without_pack_url(_source(original)).strip():
+        if nbgrader_meta(original).get("locked") and \
+                without_pack_url(cell_source(cell)).strip() != without_pack_url(cell_source(original)).strip():
             out.tampered.append(f"edited locked cell {gid} (restored)")
-        if _meta(cell) != _meta(original) and not _meta(original).get("locked"):
+        if nbgrader_meta(cell) != nbgrader_meta(original) and not nbgrader_meta(original).get("locked"):
             # e.g. an answer cell that claims points: nbgrader resets the metadata from the gradebook
-            if {k: v for k, v in _meta(cell).items() if k != "checksum"} != \
-               {k: v for k, v in _meta(original).items() if k != "checksum"}:
+            if {k: v for k, v in nbgrader_meta(cell).items() if k != "checksum"} != \
+               {k: v for k, v in nbgrader_meta(original).items() if k != "checksum"}:
                 out.tampered.append(f"changed grading metadata of {gid} (restored)")
     for gid, original in released.items():
-        if gid not in seen and _meta(original).get("grade") and _meta(original).get("locked"):
+        if gid not in seen and nbgrader_meta(original).get("grade") and nbgrader_meta(original).get("locked"):
             out.tampered.append(f"deleted test cell {gid} (restored)")
-        elif gid not in seen and _meta(original).get("locked"):
+        elif gid not in seen and nbgrader_meta(original).get("locked"):
             out.tampered.append(f"deleted read-only cell {gid} (not restored: later cells may fail)")
         elif gid not in seen:
             out.notes.append(f"answer cell {gid} missing")

@@ -19,55 +19,27 @@ non-blank, non-comment lines between solution markers over all core answer cells
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
 
-EXTENSION_TAG = "extension"
-RUBRIC_TAG = "rubric"
+from utils.notebook_cells import EXTENSION_TAG, RUBRIC_TAG, cell_source, drop_rubrics, is_extension, \
+    is_rubric, nbgrader_meta, notebook_cells  # noqa: F401 - EXTENSION_TAG, is_rubric: re-exported
+
 MAX_CORE_LINES = 200
 MAX_CORE_WRITTEN = 14
 
 _RUBRIC_HEAD = re.compile(r"^\*\*Rubric: `(?P<gid>[A-Za-z0-9_]+)` \((?P<pts>[0-9.]+) points?\)\*\*")
 _RUBRIC_ITEM = re.compile(r"^\s*[-*] \*\*(?P<pts>[0-9.]+) points?\*\*")
 
-
-def _cells(nb) -> list[dict]:
-    if isinstance(nb, (str, Path)):
-        nb = json.loads(Path(nb).read_text(encoding="utf-8"))
-    return nb["cells"]
-
-
-def _src(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
-
-
-def _meta(cell: dict) -> dict:
-    return cell.get("metadata", {}).get("nbgrader") or {}
-
-
-def tags(cell: dict) -> list[str]:
-    return list(cell.get("metadata", {}).get("tags") or [])
-
-
-def is_extension(cell: dict) -> bool:
-    return EXTENSION_TAG in tags(cell)
-
-
-def is_rubric(cell: dict) -> bool:
-    return RUBRIC_TAG in tags(cell)
-
-
 def is_written_answer(cell: dict) -> bool:
     """A manually graded answer: nbgrader grade + solution, markdown."""
-    m = _meta(cell)
+    m = nbgrader_meta(cell)
     return bool(m.get("grade") and m.get("solution")) and cell.get("cell_type") == "markdown"
 
 
 def is_code_answer(cell: dict) -> bool:
-    m = _meta(cell)
+    m = nbgrader_meta(cell)
     return bool(m.get("solution")) and cell.get("cell_type") == "code"
 
 
@@ -75,8 +47,8 @@ def grade_tiers(nb) -> dict[str, str]:
     """{grade_id: "core" | "extension"} for every cell of ``nb`` (a path or a notebook dict) that
     carries points: autograder test cells and written answers."""
     out = {}
-    for cell in _cells(nb):
-        m = _meta(cell)
+    for cell in notebook_cells(nb):
+        m = nbgrader_meta(cell)
         if m.get("grade") and m.get("grade_id"):
             out[m["grade_id"]] = "extension" if is_extension(cell) else "core"
     return out
@@ -100,13 +72,13 @@ def core_proxy(nb) -> dict:
     "extension_points"} of one source notebook."""
     out = dict.fromkeys(("core_lines", "extension_lines", "core_written", "extension_written"), 0)
     out.update(core_points=0.0, extension_points=0.0)
-    for cell in _cells(nb):
+    for cell in notebook_cells(nb):
         tier = "extension" if is_extension(cell) else "core"
         if is_code_answer(cell):
-            out[f"{tier}_lines"] += solution_lines(_src(cell))
+            out[f"{tier}_lines"] += solution_lines(cell_source(cell))
         if is_written_answer(cell):
             out[f"{tier}_written"] += 1
-        m = _meta(cell)
+        m = nbgrader_meta(cell)
         if m.get("grade"):
             out[f"{tier}_points"] += float(m.get("points") or 0)
     return out
@@ -115,16 +87,16 @@ def core_proxy(nb) -> dict:
 def rubric_problems(nb) -> list[str]:
     """What is wrong with the rubrics of ``nb``: a written answer without a rubric cell right after it,
     a rubric naming another cell, points that do not add up, a rubric with no written answer above."""
-    cells = _cells(nb)
+    cells = notebook_cells(nb)
     problems = []
     for i, cell in enumerate(cells):
         if is_written_answer(cell):
-            gid, pts = _meta(cell)["grade_id"], float(_meta(cell).get("points") or 0)
+            gid, pts = nbgrader_meta(cell)["grade_id"], float(nbgrader_meta(cell).get("points") or 0)
             nxt = cells[i + 1] if i + 1 < len(cells) else None
             if nxt is None or not is_rubric(nxt):
                 problems.append(f"{gid}: no rubric cell (tag {RUBRIC_TAG!r}) directly after the answer")
                 continue
-            text = _src(nxt)
+            text = cell_source(nxt)
             head = _RUBRIC_HEAD.match(text.strip())
             if not head:
                 problems.append(f"{gid}: the rubric does not start with **Rubric: `{gid}` ({pts:g} points)**")
@@ -142,22 +114,19 @@ def rubric_problems(nb) -> list[str]:
                 problems.append(f"{gid}: the rubric and its answer are in different tiers")
         elif is_rubric(cell) and not (i and is_written_answer(cells[i - 1])):
             problems.append(f"cell {i}: a rubric cell with no written answer directly above it")
-        if is_rubric(cell) and _meta(cell):
+        if is_rubric(cell) and nbgrader_meta(cell):
             problems.append(f"cell {i}: a rubric cell must not be an nbgrader cell")
     return problems
 
 
 def rubric_cells(nb) -> dict[str, str]:
     """{grade_id of the written answer: rubric markdown} of ``nb``."""
-    cells = _cells(nb)
-    return {_meta(c)["grade_id"]: _src(cells[i + 1]) for i, c in enumerate(cells)
+    cells = notebook_cells(nb)
+    return {nbgrader_meta(c)["grade_id"]: cell_source(cells[i + 1]) for i, c in enumerate(cells)
             if is_written_answer(c) and i + 1 < len(cells) and is_rubric(cells[i + 1])}
 
 
-def strip_rubrics(nb: dict) -> dict:
-    """``nb`` without its rubric cells (in place; returned for chaining)."""
-    nb["cells"] = [c for c in nb["cells"] if not is_rubric(c)]
-    return nb
+strip_rubrics = drop_rubrics   # ``nb`` without its rubric cells (in place; returned for chaining)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,8 +10,9 @@ import json
 import pytest
 
 from conftest import RELEASE, SOLUTIONS, graded_cells, solution_notebooks
+from fixtures.nbgrader_cells import answer, manual, md, tests as autograder_tests
+
 from grader import tiers
-from grader.authoring import answer, manual, md, tests as autograder_tests
 from grader.bundle import solution_blocks
 from grader.course import Course
 from grader.feedback import gradebook_rows, sanitise

@@ -8,6 +8,7 @@ import builtins
 import copy
 import json
 import math
+import re
 import zipfile
 from pathlib import Path
 
@@ -203,3 +204,25 @@ def test_sandbox_binds_only_what_notebooks_need(tmp_path, monkeypatch):
 @pytest.mark.parametrize("stem", notebooks_with_mutants())
 def test_mutant_file_follows_the_format(stem):
     assert validate(stem) == []
+
+
+def test_tiers_is_a_verb_of_the_command_line(capsys):
+    """``python -m grader tiers`` prints what ``python -m grader.tiers`` prints, with its exit code."""
+    from grader import tiers
+    from grader.__main__ import main
+
+    code = main(["tiers"])
+    via_verb = capsys.readouterr().out
+    assert code == tiers.main([]) and via_verb == capsys.readouterr().out
+    assert "limits: core lines" in via_verb
+
+
+def test_command_line_docstring_names_every_status():
+    """The statuses ``python -m grader --help`` lists are the grader's (grader/autograde.py STATUS_ORDER)."""
+    import grader.__main__ as cli
+    from grader.autograde import STATUS_ORDER
+
+    listed = cli.__doc__.split("Statuses", 1)[1].split("Every verb", 1)[0]
+    listed = re.sub(r"\([^)]*\)", "", listed)   # the explanations in brackets
+    named = [" ".join(part.split()).strip(":. ") for part in listed.split("|")]
+    assert named == STATUS_ORDER, named

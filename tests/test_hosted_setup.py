@@ -1,8 +1,9 @@
 """Hosted notebooks (Google Colab, Kaggle, Binder, a course JupyterHub: any Jupyter where pip works):
-every notebook's setup cell carries the same bootstrap (``grader.authoring.SETUP_BOOTSTRAP``), which,
-when the pack is missing and ``PACK_URL`` is set, unpacks the bundle's zip, puts it on ``sys.path`` and
-installs the bundle's PINNED requirements without building anything (``utils/hosted_install.py``);
-with ``PACK_URL`` empty it says what the student and the lecturer should do.
+every notebook's setup cell carries the same bootstrap (``utils.hosted_install.SETUP_BOOTSTRAP``), which,
+when the pack is missing and ``PACK_URL`` is set, fetches the bundle's zip and runs
+``utils/hosted_install.py`` from it: that unpacks the pack, puts it on ``sys.path`` and installs the
+bundle's PINNED requirements without building anything; with ``PACK_URL`` empty the cell says what the
+student and the lecturer should do.
 
 The slow tests run the bootstrap of a bundle made by ``grader.bundle.build_bundle`` in a fresh
 ``python -m venv`` with setuptools and wheel uninstalled. Issue #23's runtime had no recent setuptools
@@ -46,13 +47,13 @@ def _setup_source(nb_path: Path) -> str:
 # ------------------------------------------------------------------------------ the cell itself
 @pytest.mark.parametrize("where", sorted(NOTEBOOK_DIRS))
 def test_every_setup_cell_carries_the_one_hosted_bootstrap(where):
-    from grader.authoring import SETUP_BOOTSTRAP
+    from utils.hosted_install import SETUP_BOOTSTRAP
 
     notebooks = sorted(NOTEBOOK_DIRS[where].glob("*.ipynb"))
     assert len(notebooks) == 5, notebooks
     differ = [nb.name for nb in notebooks if SETUP_BOOTSTRAP not in _setup_source(nb)]
-    assert not differ, (f"{where}: the setup cell of {differ} does not carry grader.authoring.SETUP_BOOTSTRAP "
-                        "verbatim; rewrite it with grader.authoring.with_setup_bootstrap (see its docstring), "
+    assert not differ, (f"{where}: the setup cell of {differ} does not carry utils.hosted_install.SETUP_BOOTSTRAP "
+                        "verbatim; rewrite it with utils.hosted_install.with_setup_bootstrap (see its docstring), "
                         "then run `python -m grader release`")
 
 
@@ -63,7 +64,7 @@ def test_a_stamped_or_student_set_pack_url_is_no_setup_tampering(tmp_path):
     import copy
 
     from conftest import SOLUTIONS
-    from grader.authoring import SETUP_BOOTSTRAP
+    from utils.hosted_install import SETUP_BOOTSTRAP
     from grader.autograde import _instructor_cells_as_released
     from grader.bundle import PACK_URL_LINE, stamp_pack_url, without_pack_url
     from grader.mutants import student_copy

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from grader import judge
-from grader.checks._common import raises, same
+from grader.compare import expect_raises, expect_same
 from grader.evidence import EvidenceError, Opaque, Raised, TooLarge, decode, encode, raised
 from utils.answer_loader import load, statements
 
@@ -153,29 +153,95 @@ def info_nce_loss(scores, positive_index=0):
 
 # ----------------------------------------------------------------------------- comparators
 def test_same_and_raises():
-    check = same(rtol=1e-5, atol=1e-6)
+    check = expect_same(rtol=1e-5, atol=1e-6)
     check(torch.tensor(1.0), torch.tensor(1.0))
     for got, why in [(torch.tensor(1.0, dtype=torch.float64), "dtype"), (torch.tensor([1.0]), "shape"),
                      (torch.tensor(1.1), "off"), (1.0, "torch.Tensor"), (Raised("ValueError", ("ValueError",), ""),
                                                                         "raised")]:
         with pytest.raises(AssertionError, match=why):
             check(got, torch.tensor(1.0))
-    same(numbers="any")(np.float64(2.0), torch.tensor(2.0, dtype=torch.float64))
-    same(numbers="any")(2, 2.0)
+    expect_same(numbers="any")(np.float64(2.0), torch.tensor(2.0, dtype=torch.float64))
+    expect_same(numbers="any")(2, 2.0)
     with pytest.raises(AssertionError, match="not finite"):
         check(torch.tensor(float("nan")), torch.tensor(1.0))
-    raises("ValueError")(Raised("MyErr", ("MyErr", "ValueError", "Exception"), "x"), None)
+    expect_raises("ValueError")(Raised("MyErr", ("MyErr", "ValueError", "Exception"), "x"), None)
     with pytest.raises(AssertionError, match="KeyError"):
-        raises("ValueError")(Raised("KeyError", ("KeyError", "LookupError"), ""), None)
+        expect_raises("ValueError")(Raised("KeyError", ("KeyError", "LookupError"), ""), None)
     with pytest.raises(AssertionError, match="returned"):
-        raises("ValueError")(torch.tensor(1.0), None)
+        expect_raises("ValueError")(torch.tensor(1.0), None)
 
 
 def test_feedback_messages_do_not_show_expected_values():
-    check = same(rtol=0, atol=1e-9)
+    check = expect_same(rtol=0, atol=1e-9)
     with pytest.raises(AssertionError) as info:
         check(torch.tensor([1.2345678]), torch.tensor([9.8765432]))
     assert "9.87" not in str(info.value) and "1.23" not in str(info.value)
+
+
+def comparator_problem(stem: str, check) -> str | None:
+    """Why ``check`` (a ``Case.check`` of grader/checks/<stem>.py) breaks the checks' naming rule, or None.
+
+    The rule (grader/compare.py's docstring): after unwrapping functools.partial, a comparator is a function
+    of grader.compare or of the stem's own checks module, named ``check_*``, or the ``check`` closure that a
+    factory named ``expect_*`` returned. Lambdas, bare nouns and comparators borrowed from elsewhere fail."""
+    import functools
+    import re
+    import types
+
+    fn = check
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if not isinstance(fn, types.FunctionType):
+        return f"{check!r} is not a function"
+    home = ("grader.compare", f"grader.checks.{stem}")
+    if fn.__module__ not in home:
+        return f"{fn.__qualname__} comes from {fn.__module__}, not from {' or '.join(home)}"
+    if fn.__name__.startswith("check_") and "<locals>" not in fn.__qualname__:
+        return None
+    if re.fullmatch(r"expect_\w+\.<locals>\.check", fn.__qualname__):
+        return None
+    return f"{fn.__module__}.{fn.__qualname__} is neither a check_* comparator nor made by an expect_* factory"
+
+
+def _checks_stems() -> list[str]:
+    from pathlib import Path
+
+    import grader.checks
+    return sorted(p.stem for p in Path(grader.checks.__file__).parent.glob("*.py") if not p.stem.startswith("_"))
+
+
+@pytest.mark.parametrize("stem", _checks_stems())
+def test_every_case_uses_a_comparator_of_the_one_dialect(stem):
+    """Issue #27: every Case.check comes from grader/compare.py or is its module's check_* (or expect_* product)."""
+    problems = [f"{case.probe}: {why}" for case in judge.load_cases(stem)
+                if (why := comparator_problem(stem, case.check))]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_dialect_rule_rejects_planted_comparators(monkeypatch):
+    """The rule above fails on a bare noun, a lambda, a borrowed check_* and a partial of a bare noun, in the
+    checks module itself, and passes the shapes the modules use."""
+    import functools
+
+    stem = "task2_pseudo_likelihood"
+    planted = {"__name__": f"grader.checks.{stem}"}   # defined as if written in the checks module
+    exec("def bools(got, ref):\n    pass\n"                 # a bare noun, as Task 2 had
+         "def expect_rounded(digits):\n    def check(got, ref):\n        pass\n    return check\n"
+         "ROUNDED = expect_rounded(3)\nLAMBDA = lambda got, ref: None\n", planted)
+
+    def check_borrowed(got, ref):  # named right, but defined outside compare.py and the checks module
+        return None
+
+    planted_bare, planted_lambda, made = planted["bools"], planted["LAMBDA"], planted["ROUNDED"]
+    for bad in (planted_bare, planted_lambda, functools.partial(planted_bare), check_borrowed):
+        assert comparator_problem(stem, bad), bad
+    assert comparator_problem(stem, made) is None
+    assert comparator_problem(stem, expect_same(rtol=0.0, atol=0.0)) is None
+    assert comparator_problem(stem, functools.partial(expect_raises("ValueError"))) is None
+    cases = judge.load_cases(stem)
+    monkeypatch.setattr(judge, "load_cases", lambda _: cases + [judge.Case("test_bools", "planted", "", planted_bare)])
+    with pytest.raises(AssertionError, match="planted: grader.checks.task2_pseudo_likelihood.bools is neither"):
+        test_every_case_uses_a_comparator_of_the_one_dialect(stem)
 
 
 # ----------------------------------------------------------------------------- the harness

@@ -89,6 +89,25 @@ def test_one_parameters_cell_with_auto_preset(notebook):
     assert 'PRESET = "auto"' in "".join(params[0]["source"])
 
 
+#: Issue #27: a notebook opens on code a student reads (imports, preset, device, data), not on configuration:
+#: the preset tables live in utils/notebook_presets.py, the hosted bootstrap's work in utils/hosted_install.py.
+SETUP_CELL_MAX_LINES = 40
+
+
+@pytest.mark.parametrize("folder", [SOLUTIONS, RELEASE], ids=["solutions", "release"])
+def test_every_setup_cell_fits_a_screen(folder):
+    """The setup cell (grade_id ``setup``) of every notebook has at most SETUP_CELL_MAX_LINES lines."""
+    too_long = {}
+    for nb in sorted(folder.glob("*.ipynb")):
+        cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
+        setup = [c for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "setup"]
+        assert len(setup) == 1, f"{nb.name}: expected one setup cell, found {len(setup)}"
+        source = setup[0]["source"] if isinstance(setup[0]["source"], str) else "".join(setup[0]["source"])
+        if len(source.splitlines()) > SETUP_CELL_MAX_LINES:
+            too_long[nb.name] = len(source.splitlines())
+    assert not too_long, f"setup cells longer than {SETUP_CELL_MAX_LINES} lines: {too_long}"
+
+
 def visible_test_cells(folder):
     """(notebook, grade_id, source) of every autograded test cell the student sees (grade, not solution)."""
     for nb in sorted(folder.glob("*.ipynb")):

@@ -26,6 +26,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from utils.notebook_cells import cell_role, cell_source, grade_id, nbgrader_meta  # noqa: F401 - cell_role: re-exported
+
 STATEMENT_SECONDS = 30.0   # one top-level statement of a student's cell
 LOAD_SECONDS = 60.0        # all of a notebook's top-level statements together
 _MAGIC = re.compile(r"^\s*[%!]")
@@ -39,32 +41,6 @@ _CHEAP_ROOTS = {"math", "collections", "typing", "functools", "dataclasses", "st
                 "operator", "enum"}
 _CHEAP_ARRAY_CALLS = {"tensor", "as_tensor", "array", "asarray", "float32", "float64", "int64", "int32", "dtype",
                       "device", "finfo", "iinfo", "log", "exp", "sqrt", "Generator", "get_default_dtype"}
-
-
-# --------------------------------------------------------------------------- cells and roles
-def _meta(cell: dict) -> dict:
-    return (cell.get("metadata") or {}).get("nbgrader") or {}
-
-
-def cell_source(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else str(src)
-
-
-def cell_role(cell: dict) -> str:
-    """parameters | setup | answer | test | written | given | markdown, from the nbgrader metadata."""
-    if cell.get("cell_type") != "code":
-        return "written" if _meta(cell).get("solution") else "markdown"
-    meta = _meta(cell)
-    if "parameters" in ((cell.get("metadata") or {}).get("tags") or []):
-        return "parameters"
-    if meta.get("grade_id") == "setup":
-        return "setup"
-    if meta.get("solution") and not meta.get("grade"):
-        return "answer"
-    if meta.get("grade"):
-        return "test"
-    return "given"
 
 
 # --------------------------------------------------------------------------- statements
@@ -282,12 +258,11 @@ def explain_name_error(message: str, not_run: list[dict]) -> str:
 
 
 # --------------------------------------------------------------------------- the student's check
-def source_digest(source) -> str:
-    """A short digest of a cell's source (leading and trailing blanks ignored)."""
+def source_digest(text: str) -> str:
+    """A short digest of a cell's source text (:func:`cell_source`; leading and trailing blanks ignored)."""
     import hashlib
 
-    text = "".join(source) if isinstance(source, list) else str(source)
-    return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()[:16]
+    return hashlib.sha256(str(text).strip().encode("utf-8")).hexdigest()[:16]
 
 
 def notebook_cells(nb: dict) -> list[dict]:
@@ -300,9 +275,9 @@ def notebook_cells(nb: dict) -> list[dict]:
         if cell.get("cell_type") != "code":
             continue
         role = cell_role(cell)
-        if role == "given" and not _meta(cell) and source_digest(cell_source(cell)) not in given:
+        if role == "given" and not nbgrader_meta(cell) and source_digest(cell_source(cell)) not in given:
             role = "answer"   # a cell the student added: part of the answer
-        cells.append({"id": _meta(cell).get("grade_id") or f"cell {i + 1}", "role": role,
+        cells.append({"id": grade_id(cell) or f"cell {i + 1}", "role": role,
                       "source": cell_source(cell)})
     return cells
 

@@ -1,13 +1,15 @@
 """The course pack on a hosted notebook (Google Colab, Kaggle, Binder, a course JupyterHub: any Jupyter
-where pip works): installs the pack's pinned requirements into the running kernel's environment.
+where pip works): unpacks the pack and installs its pinned requirements into the running kernel's
+environment.
 
-Every notebook's setup cell calls :func:`install_pinned_requirements` when ``import utils.presets``
-fails and its ``PACK_URL`` is set, after unpacking ``ex01-student.zip`` and putting the unpacked folder
-on ``sys.path``. The pack itself is never built or pip-installed: ``pip install -e`` without build
-isolation needs a recent setuptools and wheel in the runtime (``invalid command 'bdist_wheel'`` where
-they are missing), and a build with isolation downloads setuptools first. ``utils/`` is plain Python,
-so the unpacked folder on ``sys.path`` is all it needs. Standard library only: this module runs
-before any requirement is installed.
+Every notebook's setup cell starts with :data:`SETUP_BOOTSTRAP`. When ``import utils.presets`` fails and
+the cell's ``PACK_URL`` is set, the bootstrap does only what must happen before the pack is on disk: it
+fetches ``ex01-student.zip`` and imports this module straight from the zip (``zipimport``: the module is
+a top-level ``hosted_install`` there, standard library only), whose :func:`install_pack` does the rest.
+The pack itself is never built or pip-installed: ``pip install -e`` without build isolation needs a
+recent setuptools and wheel in the runtime (``invalid command 'bdist_wheel'`` where they are missing),
+and a build with isolation downloads setuptools first. ``utils/`` is plain Python, so the unpacked
+folder on ``sys.path`` is all it needs.
 
 What is installed: every line of the pack's ``requirements.txt`` at its pinned version, except
 
@@ -31,11 +33,79 @@ import site
 import subprocess
 import sys
 import tempfile
+import zipfile
 
 #: Kept as the runtime has them when it has both (see the module's docstring).
 TORCH_PAIR = ("torch", "torchvision")
 #: Never installed on a hosted notebook: the runtime's own Jupyter runs on these.
 JUPYTER_STACK = ("jupyterlab", "ipykernel", "nbgrader", "nbformat", "nbclient", "nbconvert", "papermill")
+
+
+#: The start of every notebook's setup cell (tests/test_hosted_setup.py checks that all five carry it
+#: verbatim; :func:`with_setup_bootstrap` writes it into a cell). On a hosted notebook without the pack it
+#: fetches the zip from ``PACK_URL``, which ``python -m grader bundle`` stamps (grader/bundle.py's
+#: ``stamp_pack_url``; the grader's check of locked cells ignores that one line), and runs
+#: :func:`install_pack` from the zip. Only what must run before the pack is on disk is here.
+SETUP_BOOTSTRAP = r"""
+try:  # Setup, run it first: the course pack, then imports, preset, device, seed and data
+    import utils.presets  # the course pack, installed as its README says (./pack.sh env)
+except ImportError:  # a hosted notebook (Colab, Kaggle, Binder, a JupyterHub) without the pack: fetch it
+    import os, sys, urllib.request
+    PACK_URL = "" or os.environ.get("LAS_PACK_URL", "")  # `python -m grader bundle` writes the zip's link here
+    if not PACK_URL:
+        raise ImportError("The course pack is not installed, and this notebook has no PACK_URL to fetch it from.\n- "
+                          "own computer: run ./pack.sh env in the unpacked ex01-student folder;\n- Colab & co.: ask "
+                          "your lecturer for the link to ex01-student.zip or upload ex01-student.zip; set PACK_URL to "
+                          "it here or with %env LAS_PACK_URL=... in a new cell above;\n- lecturer (course repository): "
+                          "set pack_url in grader/bundle.toml, rerun python -m grader bundle.") from None
+    PACK_ZIP = urllib.request.urlretrieve(PACK_URL)[0] if "://" in PACK_URL else PACK_URL  # a link or a path
+    sys.path.insert(0, os.path.join(PACK_ZIP, "ex01-student", "utils"))  # the installer, read from the zip
+    import hosted_install
+    hosted_install.install_pack(PACK_ZIP, PACK_URL)  # into ~/ex01-student, with its pinned packages
+""".lstrip("\n")
+
+
+def with_setup_bootstrap(source: str) -> str:
+    """``source`` (a setup cell) with its bootstrap, from a ``try:`` line through the indented block under
+    its ``except ImportError:``, replaced by :data:`SETUP_BOOTSTRAP` (``PACK_URL`` empty, as solutions/
+    keeps it); comment lines above the ``try:`` are dropped too (the bootstrap's first line says what the
+    cell does). For the pack's maintainers, after a change of the text. Raises ``ValueError`` when the
+    cell has no such block."""
+    lines = source.splitlines(keepends=True)
+    start = next((i for i in range(len(lines) - 1) if lines[i].lstrip().startswith("try:")
+                  and lines[i + 1].strip().startswith("import utils.presets")), None)
+    if start is None:
+        raise ValueError("no `try:` / `import utils.presets` bootstrap in this setup cell")
+    head = start
+    while head > 0 and lines[head - 1].lstrip().startswith("#"):
+        head -= 1
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t" or lines[end].startswith("except")):
+        end += 1
+    while end > start + 1 and not lines[end - 1].strip():  # blank lines after the block stay
+        end -= 1
+    return "".join(lines[:head]) + SETUP_BOOTSTRAP + "".join(lines[end:])
+
+
+def install_pack(pack_zip: str, pack_url: str) -> None:
+    """The hosted bootstrap's second half (:data:`SETUP_BOOTSTRAP`), run from the fetched zip ``pack_zip``
+    (downloaded from, or the path, ``pack_url``): unpack the pack into ``~/<its folder>`` (all but its
+    notebooks/: a notebook unpacked there earlier may hold the student's answers), import the pack from
+    that folder from now on (not from the zip, and never a runtime's own ``utils``), then
+    :func:`install_pinned_requirements`."""
+    in_zip = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # <zip>/ex01-student
+    pack_dir = os.path.join(os.path.expanduser("~"), os.path.basename(in_zip))
+    print(f"The course pack is not installed: installing it from {pack_url} into {pack_dir}, with its pinned "
+          "packages (1 to 3 minutes, once per runtime; up to 10 if PyTorch is missing too) ...")
+    with zipfile.ZipFile(pack_zip) as pack:
+        pack.extractall(os.path.dirname(pack_dir), [n for n in pack.namelist() if "/notebooks/" not in n])
+    zip_entries = os.path.abspath(pack_zip) + os.sep
+    sys.path[:] = [p for p in sys.path if not os.path.abspath(p).startswith(zip_entries)]
+    sys.path.insert(0, pack_dir)
+    for name in [m for m in sys.modules if m == "utils" or m.startswith("utils.")]:
+        del sys.modules[name]  # a `utils` of the runtime's own must not hide the pack's
+    importlib.invalidate_caches()
+    install_pinned_requirements(pack_dir)  # keeps the runtime's torch and torchvision when it has both
 
 
 def canonical(name: str) -> str:

@@ -32,9 +32,7 @@ from pathlib import Path
 
 import torch
 
-from .paths import DATA_DIR
-
-TOKENIZER_DIR = DATA_DIR / "tokenizer" / "gpt-neox-20b"
+from .tokenizer import TOKENIZER_DIR, load_tokenizer  # noqa: F401 - the notebooks import it from here
 HUB_HOST = "huggingface.co"
 
 #: Pythia's sizes on the hub (Task B's real suite) and its 154 checkpoint steps.
@@ -52,34 +50,6 @@ MODEL_SUITES = ("auto", "hub", "mini")
 
 class HubUnavailableError(RuntimeError):
     """A hub model was requested but huggingface.co cannot be reached (and it is not cached)."""
-
-
-# ------------------------------------------------------------------------------------ tokenizer
-def load_tokenizer(*, with_mask_token: bool = False):
-    """The GPT-NeoX-20B tokenizer that every Pythia model uses, from data/tokenizer/gpt-neox-20b.
-
-    eos = bos = unk = ``"<|endoftext|>"`` (id 0), as in Pythia's tokenizer_config; NO pad token and
-    no BOS added when encoding. ``with_mask_token=True`` registers ``"<|mask|>"`` as the mask token
-    (id 50277, the first free row of the 50,304-row padded embedding) for mini-bert.
-    """
-    from transformers import PreTrainedTokenizerFast
-
-    path = TOKENIZER_DIR / "tokenizer.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: the pack's data/ folder is incomplete (re-clone?)")
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_file=str(path),
-        eos_token="<|endoftext|>",
-        bos_token="<|endoftext|>",
-        unk_token="<|endoftext|>",
-        model_max_length=2048,
-        clean_up_tokenization_spaces=False,
-    )
-    if with_mask_token:
-        from .suite_recipes import MASK_TOKEN
-
-        tokenizer.add_special_tokens({"mask_token": MASK_TOKEN})
-    return tokenizer
 
 
 # ------------------------------------------------------------------------------------------ hub

@@ -3,8 +3,10 @@
 Every notebook has one parameters cell (tagged ``parameters``, so papermill can set it) with
 ``PRESET = "auto"``. The setup cell then calls::
 
-    preset = resolve_preset(PRESET)
-    cfg = preset_config(preset, {"smoke": {...}, "cpu": {...}, "gpu": {...}})
+    preset, cfg = notebook_config("taskA_simclr", PRESET)
+
+which resolves ``PRESET`` (:func:`resolve_preset`) and picks that row of the notebook's table in
+utils/notebook_presets.py (:func:`preset_config`).
 
 Presets:
 
@@ -79,3 +81,15 @@ def preset_config(preset: str, table: dict[str, dict]) -> SimpleNamespace:
         else:
             raise ValueError(f"this notebook defines no {preset!r} preset (it has {sorted(table)})")
     return SimpleNamespace(name=preset, **table[preset])
+
+
+def notebook_config(notebook: str, requested: str = "auto") -> tuple[str, SimpleNamespace]:
+    """``(preset, cfg)`` for a notebook's setup cell: the preset ``requested`` resolves to (printed, see
+    :func:`resolve_preset`) and its settings in the notebook's table, ``utils/notebook_presets.py``'s
+    ``TABLES[notebook]`` (``notebook``: the stem, e.g. ``"taskA_simclr"``), as :func:`preset_config` picks them."""
+    from .notebook_presets import TABLES  # here: the tables load utils.scaling, which `import utils.presets` need not
+
+    if notebook not in TABLES:
+        raise ValueError(f"no preset table for {notebook!r} in utils/notebook_presets.py (it has {sorted(TABLES)})")
+    preset = resolve_preset(requested)
+    return preset, preset_config(preset, TABLES[notebook])

@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .notebook_cells import cell_source, drop_rubrics
 from .paths import REPO_ROOT, build_dir
 from .presets import PRESETS
 
@@ -106,11 +107,6 @@ def _final_frames(text: str) -> str:
     return "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in lines)
 
 
-def _source(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
-
-
 def _with_ids(nb: dict) -> dict:
     """A deep copy of ``nb`` as nbformat 4.5: every cell has an id (Jupyter would add them on opening
     and mark the notebook modified)."""
@@ -126,10 +122,9 @@ def class_copy(nb: dict) -> dict:
     hidden-test blocks removed (the code and answers stay), progress bars at their final frame,
     every cell with an id (nbformat 4.5), the TA's rubric cells dropped. Returns a new dict."""
     nb = _with_ids(nb)
-    # the tag of grader/tiers.py's rubric cells (utils ships to students without grader/, so no import)
-    nb["cells"] = [c for c in nb["cells"] if "rubric" not in (c.get("metadata", {}).get("tags") or [])]
+    drop_rubrics(nb)
     for cell in nb["cells"]:
-        src = _HIDDEN.sub("", _source(cell))
+        src = _HIDDEN.sub("", cell_source(cell))
         cell["source"] = "\n".join(line for line in src.split("\n") if not _MARKER_LINE.match(line))
         if "outputs" in cell:
             cell["outputs"] = _coalesce_streams(cell["outputs"])

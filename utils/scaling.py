@@ -36,10 +36,17 @@ PYTHIA_DEFAULT_SIZES = ("14m", "31m", "70m", "160m", "410m", "1b", "1.4b")
 #: Opt-in sizes (2.8b: 5.6 GB, 6.9b: 13.8 GB, 12b: 23.7 GB per fp16 checkpoint).
 PYTHIA_OPT_IN_SIZES = ("2.8b", "6.9b", "12b")
 
-#: Published constants (see ../shared/REFERENCE.md for sources).
+#: Published constants, each from the paper named beside it.
+#: Kaplan et al. 2020, "Scaling Laws for Neural Language Models" (arXiv:2001.08361), eqs. 1.1 and 1.2:
+#: L(N) = (N_c / N)^alpha_N over non-embedding parameters, L(D) = (D_c / D)^alpha_D over tokens.
 KAPLAN = {"alpha_N": 0.076, "N_c": 8.8e13, "alpha_D": 0.095, "D_c": 5.4e13}
-MICHAUD_ALPHA = 0.083  # Michaud et al. 2023, Pythia (v0) on the Pile, L proportional to N^-0.083
+#: Michaud et al. 2023, "The Quantization Model of Neural Scaling" (arXiv:2303.13506): Pythia (v0) on the
+#: Pile, L proportional to N^-0.083.
+MICHAUD_ALPHA = 0.083
+#: Hoffmann et al. 2022, "Training Compute-Optimal Large Language Models" (arXiv:2203.15556), approach 3:
+#: L(N, D) = E + A / N^alpha + B / D^beta.
 HOFFMANN = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
+#: Besiroglu et al. 2024, "Chinchilla Scaling: A replication attempt" (arXiv:2404.10102): the same form refit.
 BESIROGLU = {"E": 1.82, "A": 482.0, "B": 2085.4, "alpha": 0.348, "beta": 0.366}
 #: WikiText-2 word perplexity, lm-evaluation-harness, Pythia v0 models at the final step.
 PUBLISHED_WIKITEXT_WORD_PERPLEXITY = {"160m": 32.1, "410m": 22.5, "1.4b": 16.5, "6.9b": 12.30, "12b": 11.36}
@@ -78,8 +85,8 @@ def published_non_embedding_params(name: str) -> int:
 def known_parameter_counts(models: Iterable[str], manifest: dict | None = None) -> dict[str, tuple[int, int]]:
     """``{name: (total, non_embedding)}`` looked up, not counted (no model is built).
 
-    ``EleutherAI/pythia-<size>`` names: the Pythia paper's non-embedding count (Kaplan's N, as in
-    data/pythia_configs.json and ../shared/REFERENCE.md); the total adds Pythia's two untied
+    ``EleutherAI/pythia-<size>`` names: the non-embedding count of the Pythia paper (Biderman et al. 2023,
+    arXiv:2304.01373; Kaplan's N), as in data/pythia_configs.json; the total adds Pythia's two untied
     ``vocab_size x hidden_size`` matrices (embedding and unembedding). Miniature-suite names: the
     ``total_params`` and ``non_embedding_params`` that the suite's ``manifest`` recorded at training.
     """

@@ -40,7 +40,7 @@ def recipe_hash(recipe: SuiteRecipe, part: str) -> str:
     causal ``part`` leaves mini-bert's fields out; ``part`` names the size, or starts with ``"bert:"``),
     the corpus bytes and the tokenizer bytes."""
     from .data import TEXT_CORPORA
-    from .lm import TOKENIZER_DIR
+    from .tokenizer import TOKENIZER_DIR
 
     fields = dataclasses.asdict(recipe)
     fields.pop("sizes")
@@ -185,34 +185,25 @@ def build(suite: str = "default", *, force: bool = False, progress: bool = True)
     trained, the build first prints what will happen and how long it should take (see
     :func:`announce`), then trains and writes ``manifest.json``. Raises ValueError for an unknown
     suite and RuntimeError when the suite must be built but its folder is read-only.
+
+    The steps: :func:`_stale_models` (what must be trained), :func:`announce` and :func:`_estimate_and_say`,
+    :func:`_train_causal_models`, :func:`_train_mini_bert`, :func:`_write_manifest`.
     """
     from tqdm.auto import tqdm
 
-    from .lm import load_tokenizer
+    from .tokenizer import load_tokenizer
 
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; choose one of {sorted(SUITES)}")
     recipe = SUITES[suite]
     root = suite_dir(suite)
     entries = model_entries(recipe)
-    steps = recipe.checkpoint_steps()
     with _build_lock(root):
         root.mkdir(parents=True, exist_ok=True)
         manifest_path = root / "manifest.json"
         old = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
-        old_models = {m["name"]: m for m in old.get("models", [])}
-        todo = []
-        for entry, size in zip(entries, recipe.sizes):
-            key = recipe_hash(recipe, json.dumps(dataclasses.asdict(size)))
-            cached = _is_cached(root / entry["name"], key, [f"step{s}" for s in steps])
-            record = _stamp(root / entry["name"]).get("training") or old_models.get(entry["name"], {}).get("training")
-            if force or not cached or record is None:
-                todo.append((entry, size, key))
-            else:
-                entry["training"] = record
-        bert_key = recipe_hash(recipe, "bert:" + json.dumps(dataclasses.asdict(recipe.bert)))
-        bert_entry = old.get("bert") if (old.get("bert") or {}).get("hash") == bert_key else None
-        bert_todo = force or bert_entry is None or not _is_cached(root / "mini-bert", bert_key, ["."])
+        todo, bert_key, bert_entry = _stale_models(recipe, root, entries, old, force)
+        bert_todo = bert_entry is None
         if not todo and not bert_todo and old.get("recipe_version") == RECIPE_VERSION:
             return root
         if not os.access(root, os.W_OK):
@@ -221,8 +212,8 @@ def build(suite: str = "default", *, force: bool = False, progress: bool = True)
                                f"`python -m utils.suite_build build {suite}`")
 
         t_start = time.perf_counter()
-        estimate = None
-        if todo or bert_todo:
+        anything = bool(todo) or bert_todo   # else only the manifest is out of date
+        if anything:
             announce(suite, recipe, todo, bert_todo, entries, first_use=not old)
         corpus = training.load_corpus(recipe)
         tokenizer = bert_recipe = bert_corpus = None
@@ -231,72 +222,122 @@ def build(suite: str = "default", *, force: bool = False, progress: bool = True)
             bert_recipe = recipe.for_bert()
             bert_corpus = training.load_corpus(bert_recipe)
         total = len(todo) * recipe.total_steps + (recipe.bert_steps if bert_todo else 0)
-        if todo or bert_todo:
-            estimate = estimate_seconds(recipe, todo, bert_todo, corpus, bert_corpus,
-                                        tokenizer.mask_token_id if tokenizer else None, root / ".timing-probe")
-            _say(f"  Estimated time on this machine ({torch.get_num_threads()} CPU threads): about "
-                 f"{_duration(estimate['total'])} ({total:,} training steps at the measured speed, plus checkpoints; "
-                 "longer if the machine is busy with other work). Training starts now.")
+        estimate = _estimate_and_say(recipe, todo, bert_todo, corpus, bert_corpus, tokenizer, root, total) \
+            if anything else None
         with tqdm(total=total, desc=f"model suite ({suite})", disable=not progress or not total, unit="step") as bar:
-            for entry, size, key in todo:
-                folder = root / entry["name"]
-                shutil.rmtree(folder, ignore_errors=True)
-                folder.mkdir(parents=True)
-                bar.set_description(f"{suite}: {entry['name']}")
-                entry["training"] = training.train_causal(size, recipe, corpus, folder, bar)
-                # The training record travels with the model, so an interrupted build keeps it.
-                (folder / "recipe.json").write_text(json.dumps(
-                    {"hash": key, "size": dataclasses.asdict(size), "training": entry["training"]}))
+            _train_causal_models(suite, recipe, todo, corpus, root, bar)
             if bert_todo:
-                folder = root / "mini-bert"
-                shutil.rmtree(folder, ignore_errors=True)
-                folder.mkdir(parents=True)
-                bar.set_description(f"{suite}: mini-bert")
-                record = training.train_bert(recipe.bert, bert_recipe, bert_corpus, tokenizer.mask_token_id,
-                                             folder, tokenizer, bar)
-                (folder / "recipe.json").write_text(json.dumps({"hash": bert_key}))
-                bert_entry = {
-                    "name": "mini-bert",
-                    "hash": bert_key,
-                    "d_model": recipe.bert.d_model,
-                    "n_layers": recipe.bert.n_layers,
-                    "n_heads": recipe.bert.n_heads,
-                    "context": bert_recipe.context,
-                    "tokens_per_step": bert_recipe.tokens_per_step(),
-                    "steps": recipe.bert_steps,
-                    "mask_probability": recipe.mask_probability,
-                    "corruption": "every chosen position becomes the mask token (Devlin et al. 2019's 100/0/0, "
-                                  "not 80/10/10); at least one chosen position per sequence",
-                    "total_params": bert_total_params(recipe),
-                    "mask_token": MASK_TOKEN,
-                    "mask_token_id": tokenizer.mask_token_id,
-                    "training": record,
-                }
-        manifest = {
-            "suite": suite,
-            "recipe_version": RECIPE_VERSION,
-            "architecture": "GPTNeoXForCausalLM (rotary_pct 0.25, parallel attention+MLP, untied embeddings)",
-            "tokenizer": "GPT-NeoX-20B (data/tokenizer/gpt-neox-20b), 50,277 ids, embedding padded to 50,304 rows",
-            "loss_units": "nats per token over the full 50,304-row vocabulary",
-            "context": recipe.context,
-            "batch_size": recipe.batch_size,
-            "tokens_per_step": recipe.tokens_per_step(),
-            "total_steps": recipe.total_steps,
-            "steps": steps,
-            "data": corpus.description,
-            "held_out_loss_windows": (f"training.held_out_loss: every checkpoint scores the first "
-                                      f"{recipe.eval_windows} held-out windows; final_held_out_loss scores all "
-                                      f"{len(corpus.held_out)}"),
-            "models": entries,
-            "bert": bert_entry,
-            "last_build_seconds": time.perf_counter() - t_start,
-            "last_build_estimate_seconds": estimate,
-            "torch_threads": torch.get_num_threads(),
-        }
-        tmp = manifest_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(manifest, indent=1))
-        os.replace(tmp, manifest_path)
+                bert_entry = _train_mini_bert(suite, recipe, bert_recipe, bert_corpus, tokenizer, bert_key, root, bar)
+        _write_manifest(manifest_path, suite, recipe, corpus, entries, bert_entry,
+                        seconds=time.perf_counter() - t_start, estimate=estimate)
     return root
+
+
+def _stale_models(recipe: SuiteRecipe, root: Path, entries: list[dict], old: dict, force: bool):
+    """What must be trained: ``(todo, bert_key, bert_entry)``. ``todo`` lists ``(entry, size, key)`` of
+    every causal model whose checkpoints are missing or whose recipe changed (all of them with
+    ``force``); a cached model's ``entry`` gets its training record here. ``bert_entry`` is the old
+    manifest's mini-bert entry when mini-bert is cached under ``bert_key``, else None (train it)."""
+    steps = recipe.checkpoint_steps()
+    old_models = {m["name"]: m for m in old.get("models", [])}
+    todo = []
+    for entry, size in zip(entries, recipe.sizes):
+        key = recipe_hash(recipe, json.dumps(dataclasses.asdict(size)))
+        cached = _is_cached(root / entry["name"], key, [f"step{s}" for s in steps])
+        record = _stamp(root / entry["name"]).get("training") or old_models.get(entry["name"], {}).get("training")
+        if force or not cached or record is None:
+            todo.append((entry, size, key))
+        else:
+            entry["training"] = record
+    bert_key = recipe_hash(recipe, "bert:" + json.dumps(dataclasses.asdict(recipe.bert)))
+    bert_entry = old.get("bert") if (old.get("bert") or {}).get("hash") == bert_key else None
+    if force or not _is_cached(root / "mini-bert", bert_key, ["."]):
+        bert_entry = None
+    return todo, bert_key, bert_entry
+
+
+def _estimate_and_say(recipe: SuiteRecipe, todo: list, bert_todo: bool, corpus, bert_corpus, tokenizer,
+                      root: Path, total: int) -> dict:
+    """Time a few training steps here (:func:`estimate_seconds`), print how long the build of ``total``
+    steps should take, and return the estimate."""
+    estimate = estimate_seconds(recipe, todo, bert_todo, corpus, bert_corpus,
+                                tokenizer.mask_token_id if tokenizer else None, root / ".timing-probe")
+    _say(f"  Estimated time on this machine ({torch.get_num_threads()} CPU threads): about "
+         f"{_duration(estimate['total'])} ({total:,} training steps at the measured speed, plus checkpoints; "
+         "longer if the machine is busy with other work). Training starts now.")
+    return estimate
+
+
+def _train_causal_models(suite: str, recipe: SuiteRecipe, todo: list, corpus, root: Path, bar) -> None:
+    """Train every ``(entry, size, key)`` of ``todo`` into ``root/<name>`` (replaced); each entry gets its
+    training record, which is also written beside the model (``recipe.json``)."""
+    for entry, size, key in todo:
+        folder = root / entry["name"]
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        bar.set_description(f"{suite}: {entry['name']}")
+        entry["training"] = training.train_causal(size, recipe, corpus, folder, bar)
+        # The training record travels with the model, so an interrupted build keeps it.
+        (folder / "recipe.json").write_text(json.dumps(
+            {"hash": key, "size": dataclasses.asdict(size), "training": entry["training"]}))
+
+
+def _train_mini_bert(suite: str, recipe: SuiteRecipe, bert_recipe: SuiteRecipe, bert_corpus, tokenizer,
+                     bert_key: str, root: Path, bar) -> dict:
+    """Train mini-bert into ``root/mini-bert`` (replaced) and return its manifest entry."""
+    folder = root / "mini-bert"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    bar.set_description(f"{suite}: mini-bert")
+    record = training.train_bert(recipe.bert, bert_recipe, bert_corpus, tokenizer.mask_token_id,
+                                 folder, tokenizer, bar)
+    (folder / "recipe.json").write_text(json.dumps({"hash": bert_key}))
+    return {
+        "name": "mini-bert",
+        "hash": bert_key,
+        "d_model": recipe.bert.d_model,
+        "n_layers": recipe.bert.n_layers,
+        "n_heads": recipe.bert.n_heads,
+        "context": bert_recipe.context,
+        "tokens_per_step": bert_recipe.tokens_per_step(),
+        "steps": recipe.bert_steps,
+        "mask_probability": recipe.mask_probability,
+        "corruption": "every chosen position becomes the mask token (Devlin et al. 2019's 100/0/0, "
+                      "not 80/10/10); at least one chosen position per sequence",
+        "total_params": bert_total_params(recipe),
+        "mask_token": MASK_TOKEN,
+        "mask_token_id": tokenizer.mask_token_id,
+        "training": record,
+    }
+
+
+def _write_manifest(path: Path, suite: str, recipe: SuiteRecipe, corpus, entries: list[dict], bert_entry: dict,
+                    *, seconds: float, estimate: dict | None) -> None:
+    """Write the suite's ``manifest.json`` atomically (a temporary file, then a rename)."""
+    manifest = {
+        "suite": suite,
+        "recipe_version": RECIPE_VERSION,
+        "architecture": "GPTNeoXForCausalLM (rotary_pct 0.25, parallel attention+MLP, untied embeddings)",
+        "tokenizer": "GPT-NeoX-20B (data/tokenizer/gpt-neox-20b), 50,277 ids, embedding padded to 50,304 rows",
+        "loss_units": "nats per token over the full 50,304-row vocabulary",
+        "context": recipe.context,
+        "batch_size": recipe.batch_size,
+        "tokens_per_step": recipe.tokens_per_step(),
+        "total_steps": recipe.total_steps,
+        "steps": recipe.checkpoint_steps(),
+        "data": corpus.description,
+        "held_out_loss_windows": (f"training.held_out_loss: every checkpoint scores the first "
+                                  f"{recipe.eval_windows} held-out windows; final_held_out_loss scores all "
+                                  f"{len(corpus.held_out)}"),
+        "models": entries,
+        "bert": bert_entry,
+        "last_build_seconds": seconds,
+        "last_build_estimate_seconds": estimate,
+        "torch_threads": torch.get_num_threads(),
+    }
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, path)
 
 
 # ------------------------------------------------------------------------------------------ command line

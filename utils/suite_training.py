@@ -68,7 +68,7 @@ class Corpus:
 @functools.lru_cache(maxsize=4)
 def _tokenized(corpus: str, held_out_fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
     """GPT-NeoX token ids ``int64 [n]`` of the training and held-out parts (cached per process)."""
-    from .lm import load_tokenizer
+    from .tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer()
     parts = split_text(load_text(corpus), held_out_fraction)

@@ -17,9 +17,10 @@ status is 1 when any notebook has a problem (0 only when every notebook is ready
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
+
+from utils.notebook_cells import cell_source, grade_id, read_notebook
 
 #: at most this many problem lines per notebook and check; the rest are counted
 SHOWN = 12
@@ -28,16 +29,8 @@ SHOWN = 12
 def _cell_names(path: str) -> list[tuple[str, str]]:
     """(stripped source, nbgrader grade_id) of a notebook's nbgrader cells, in notebook order, to name
     nbgrader's failing cells (several unanswered cells share the source "YOUR ANSWER HERE")."""
-    with open(path, encoding="utf-8") as f:
-        nb = json.load(f)
-    names = []
-    for cell in nb.get("cells", []):
-        src = cell.get("source", "")
-        src = "".join(src) if isinstance(src, list) else src
-        gid = ((cell.get("metadata") or {}).get("nbgrader") or {}).get("grade_id")
-        if gid:
-            names.append((src.strip(), gid))
-    return names
+    return [(cell_source(cell).strip(), grade_id(cell)) for cell in read_notebook(path).get("cells", [])
+            if grade_id(cell)]
 
 
 def _first_error_line(raw: str) -> str:

@@ -1,5 +1,6 @@
-"""Plumbing for Task A (SimCLR on CIFAR-10): encoders, feature extraction, the training loop with
-checkpoint/resume, alignment/uniformity, t-SNE, the results file and the task's plots.
+"""Plumbing for Task A (SimCLR on CIFAR-10): the setup cell's device and data, encoders, feature
+extraction, the training loop with checkpoint/resume, alignment/uniformity, t-SNE, the results file and
+the task's plots.
 
 Students implement the ideas in the notebook (NT-Xent, projection head, one training step, linear
 probe, kNN; the fast batched augmentation in the extension); everything here only moves tensors
@@ -19,6 +20,7 @@ or ``float [N, 3, H, W]`` in ``[0, 1]``; every encoder built here takes ``float`
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -33,6 +35,8 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from .data import banner, load_cifar10, synthetic_cifar_like
+from .device import get_device
 from .paths import REPO_ROOT, cache_dir
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
@@ -118,6 +122,46 @@ def autocast_context(device: torch.device, dtype: torch.dtype | None):
     if dtype is None:
         return nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def training_device(cfg) -> tuple[torch.device, torch.dtype | None]:
+    """``(device, autocast_dtype)`` for Task A's preset ``cfg`` (its ``name``, ``threads`` and ``autocast``):
+    the best device (:func:`utils.device.get_device`), ``cfg.threads`` CPU threads when set, and on CUDA
+    cuDNN autotuning (fixed input shapes) and TF32 matmuls; ``autocast_dtype`` is ``cfg.autocast`` as a
+    torch dtype on CUDA, else None. Warns in a banner when a GPU preset runs without CUDA."""
+    device = get_device()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if cfg.name in ("gpu", "full") and device.type != "cuda":
+        banner(f"The {cfg.name} preset is meant for a CUDA GPU but runs on {device}: expect hours.")
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed input shapes: let cuDNN pick the fastest kernels
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    return device, (getattr(torch, cfg.autocast) if cfg.autocast and device.type == "cuda" else None)
+
+
+def simclr_datasets(cfg, seed: int):
+    """``(train_set, test_set)`` (:class:`utils.data.ImageSplit`, ``cfg.n_train`` and ``cfg.n_test``
+    images) for Task A's preset ``cfg``: CIFAR-10 (:func:`utils.data.load_cifar10`), or in the smoke
+    preset a synthetic stand-in, said in a banner. Synthetic on purpose: autograding must not depend on
+    a 170 MB download. One draw of ``seed`` split in two, so that train and test share the classes'
+    colours and stripe angles. Prints one line naming both splits."""
+    if cfg.name == "smoke":
+        both = synthetic_cifar_like(cfg.n_train + cfg.n_test, seed=seed)
+        train_set = dataclasses.replace(both, images=both.images[:cfg.n_train], labels=both.labels[:cfg.n_train])
+        test_set = dataclasses.replace(both, images=both.images[cfg.n_train:], labels=both.labels[cfg.n_train:])
+        banner(f"smoke preset: {train_set.source}. Accuracies below say nothing about CIFAR-10.")
+    else:
+        train_set = load_cifar10("train", limit=cfg.n_train)
+        test_set = load_cifar10("test", limit=cfg.n_test)
+    print(f"Data: {train_set.source} ({len(train_set)} images); {test_set.source} ({len(test_set)} images)")
+    return train_set, test_set
+
+
+def on_device(device: torch.device, *splits) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``(images, labels)`` of each split on ``device``, images kept ``uint8`` (150 MB for the whole of
+    CIFAR-10): batches are then sliced and augmented there, so no data-loader worker starves the GPU."""
+    return [(split.images.to(device), split.labels.to(device)) for split in splits]
 
 
 def to_float_images(images: torch.Tensor) -> torch.Tensor:

@@ -26,34 +26,24 @@ import numpy as np
 import torch
 from scipy.stats import multivariate_normal
 
+from grader.compare import (SE_RATIO_RANGE, as_numpy64, as_returned, as_scalar_float, describe, expect_raises,
+                            expect_same, global_states_moved)
 from grader.evidence import Raised
 from grader.judge import Case
 
-from ._common import _describe, global_states_moved, raises, same
-
 DTYPE = torch.float64
 
+#: The task text's tolerances: a masked score within four true standard errors of the exact value
+#: (a normal estimate misses with probability about 6e-5), and Proposition 1's sum within three of
+#: the student's own standard errors (with one re-draw at 4x the masks before it fails).
+SCORE_SIGMAS = 4.0
+OBJECTIVE_SIGMAS = 3.0
+
 
 # ----------------------------------------------------------------------------------------------
-# Independent references
+# Exact values the comparators need (the random PPCA inputs of the tests are in
+# tests/references/bonus_masked_pretraining_bayes.py)
 # ----------------------------------------------------------------------------------------------
-
-def random_ppca(D: int, K: int, sigma2: float, seed: int, scale: float = 1.0):
-    """Random PPCA parameters: W (D, K), mu (D,), sigma2 (float), all float64."""
-    g = torch.Generator().manual_seed(seed)
-    W = scale * torch.randn(D, K, generator=g, dtype=DTYPE)
-    mu = torch.randn(D, generator=g, dtype=DTYPE)
-    return W, mu, float(sigma2)
-
-
-def ppca_samples(W, mu, sigma2, n: int, seed: int) -> torch.Tensor:
-    """n samples x = W z + mu + eps, shape (n, D)."""
-    g = torch.Generator().manual_seed(seed)
-    D, K = W.shape
-    z = torch.randn(n, K, generator=g, dtype=DTYPE)
-    eps = math.sqrt(sigma2) * torch.randn(n, D, generator=g, dtype=DTYPE)
-    return z @ W.T + mu + eps
-
 
 def ref_covariance(W, sigma2) -> np.ndarray:
     W = np.asarray(W, dtype=np.float64)
@@ -101,16 +91,6 @@ def exact_masked_score(x, W, mu, sigma2, m: int) -> tuple[float, float]:
     return float(v.mean()), float(v.std())
 
 
-def objective_matches_log_marginal(objective, x, W, mu, sigma2, n_masks: int, seed: int):
-    """Return (estimate, se, exact, z) for the cumulative masked objective on (x, W, mu, sigma2)
-    (used by tests/test_bonus_ppca.py to study the solution and wrong objectives in-process)."""
-    est, se = objective(x, W, mu, sigma2, n_masks, torch.Generator().manual_seed(seed))
-    est, se = float(est), float(se)
-    exact = float(np.mean(ref_log_marginal(x, W, mu, sigma2)))
-    z = abs(est - exact) / se if se > 0 else math.inf
-    return est, se, exact, z
-
-
 def exact_objective_se(x, W, mu, sigma2, n_masks: int) -> float:
     """The standard error of sum_m S-hat(x; m) with n_masks uniform masks per m, from the enumeration."""
     D = np.asarray(W).shape[0]
@@ -121,42 +101,18 @@ def exact_objective_se(x, W, mu, sigma2, n_masks: int) -> float:
 # Comparators (check(got, ref) for the judge)
 # ----------------------------------------------------------------------------------------------
 
-def _np(t) -> np.ndarray:
-    return t.detach().double().numpy()
-
-
-def _value(out, where: str):
-    """A returned value that is neither an exception nor unreadable."""
-    if isinstance(out, Raised) or not isinstance(out, (torch.Tensor, tuple, list, int, float)):
-        raise AssertionError(f"{where}: it {_describe(out)}")
-    return out
-
-
-def _scalar_tensor(v, where: str) -> float:
-    """A 0-d float64 tensor with a finite value, as a float."""
-    if not isinstance(v, torch.Tensor):
-        raise AssertionError(f"{where}: expected a 0-d torch.Tensor, but it {_describe(v)}")
-    if tuple(v.shape) != ():
-        raise AssertionError(f"{where}: shape {tuple(v.shape)}, expected a 0-d tensor")
-    if v.dtype != DTYPE:
-        raise AssertionError(f"{where}: dtype {v.dtype}, expected {DTYPE}")
-    f = float(v)
-    if not math.isfinite(f):
-        raise AssertionError(f"{where}: value {f} (not finite)")
-    return f
-
-
 def _estimate_pair(out, where: str) -> tuple[float, float]:
     """(estimate, standard_error): two 0-d float64 tensors."""
-    _value(out, where)
+    as_returned(out, where)
     if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise AssertionError(f"{where}: return a tuple (estimate, standard_error), but it {_describe(out)}"
+        raise AssertionError(f"{where}: return a tuple (estimate, standard_error), but it {describe(out)}"
                              + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""))
-    return _scalar_tensor(out[0], f"{where}: the estimate"), _scalar_tensor(out[1], f"{where}: the standard error")
+    return (as_scalar_float(out[0], f"{where}: the estimate", DTYPE),
+            as_scalar_float(out[1], f"{where}: the standard error", DTYPE))
 
 
-LOGP = same(rtol=1e-8, atol=1e-8)
-GRAD = same(rtol=1e-6, atol=1e-8)
+LOGP = expect_same(rtol=1e-8, atol=1e-8)
+GRAD = expect_same(rtol=1e-6, atol=1e-8)
 
 #: The erratum of (a): the talk's snippet Normal(torch.zeros(D), S).log_prob(x), said back to the student.
 NORMAL_SLIP = ("this looks like the talk's snippet (the erratum in (a)): torch.distributions.Normal is a ONE-dimensional "
@@ -176,20 +132,20 @@ def _normal_slip(out) -> bool:
 def check_log_marginal(got, ref) -> None:
     """log p(x) for x (N, D); recognises the product of independent per-coordinate normals."""
     if not isinstance(got, list) or len(got) != len(ref):
-        raise AssertionError(f"expected {len(ref)} results, but it {_describe(got)}")
+        raise AssertionError(f"expected {len(ref)} results, but it {describe(got)}")
     for i, (g, r) in enumerate(zip(got, ref)):
         where = f"call {i + 1} (x of shape {tuple(r['x'].shape)})"
         out = g.get("out") if isinstance(g, dict) else g
         if _normal_slip(out):
-            raise AssertionError(f"{where}: it {_describe(out)}; {NORMAL_SLIP}")
+            raise AssertionError(f"{where}: it {describe(out)}; {NORMAL_SLIP}")
         try:
             LOGP(out, r["out"], where)
         except AssertionError:
             if isinstance(out, torch.Tensor) and tuple(out.shape) == tuple(r["out"].shape):
                 var = np.diag(ref_covariance(r["W"], r["sigma2"]))
-                x, mu = _np(r["x"]), _np(r["mu"])
+                x, mu = as_numpy64(r["x"]), as_numpy64(r["mu"])
                 independent = (-0.5 * (np.log(2 * np.pi * var) + (x - mu) ** 2 / var)).sum(axis=1)
-                if np.allclose(_np(out), independent, rtol=1e-6, atol=1e-6):
+                if np.allclose(as_numpy64(out), independent, rtol=1e-6, atol=1e-6):
                     raise AssertionError(
                         f"{where}: the values are the log-likelihood of independent coordinates (a product of "
                         "one-dimensional normals with the marginal variances): it ignores the correlations "
@@ -202,21 +158,21 @@ def check_single_log_marginal(got, ref) -> None:
     """log p(x) of single points x (D,): 0-d tensors; says the erratum back to the talk's snippet."""
     for i, out in enumerate(got if isinstance(got, list) else []):
         if _normal_slip(out):
-            raise AssertionError(f"call {i + 1}: it {_describe(out)}; {NORMAL_SLIP}")
+            raise AssertionError(f"call {i + 1}: it {describe(out)}; {NORMAL_SLIP}")
     LOGP(got, ref)
 
 
 def check_conditional(got, ref) -> None:
     """(cond_mean, cond_cov) of every call; recognises the slide's '+' covariance and transposed mean."""
     if not isinstance(got, list) or len(got) != len(ref):
-        raise AssertionError(f"expected {len(ref)} results, but it {_describe(got)}")
-    compare = same(rtol=1e-7, atol=1e-9)
+        raise AssertionError(f"expected {len(ref)} results, but it {describe(got)}")
+    compare = expect_same(rtol=1e-7, atol=1e-9)
     for i, (g, r) in enumerate(zip(got, ref)):
         D, m = int(r["S"].shape[0]), int(r["idx"].numel())
         where = f"call {i + 1} (D = {D}, {m} masked)"
-        out = _value(g.get("out") if isinstance(g, dict) else g, where)
+        out = as_returned(g.get("out") if isinstance(g, dict) else g, where)
         if not isinstance(out, (tuple, list)) or len(out) != 2:
-            raise AssertionError(f"{where}: return a tuple (cond_mean, cond_cov), but it {_describe(out)}")
+            raise AssertionError(f"{where}: return a tuple (cond_mean, cond_cov), but it {describe(out)}")
         _slide_plus(out[1], r)
         compare(out[1], r["out"][1], f"{where}, cond_cov")
         compare(out[0], r["out"][0], f"{where}, cond_mean")
@@ -226,27 +182,27 @@ def _slide_plus(cov, r) -> None:
     """Raise the erratum's message when cov is S_MM + S_MR S_RR^-1 S_RM."""
     if not isinstance(cov, torch.Tensor) or tuple(cov.shape) != tuple(r["out"][1].shape):
         return
-    S, M = _np(r["S"]), _np(r["idx"]).astype(np.int64)
+    S, M = as_numpy64(r["S"]), as_numpy64(r["idx"]).astype(np.int64)
     R = np.setdiff1d(np.arange(S.shape[0]), M)
     if len(R) == 0:
         return
     plus = S[np.ix_(M, M)] + S[np.ix_(M, R)] @ np.linalg.solve(S[np.ix_(R, R)], S[np.ix_(R, M)])
-    if np.allclose(_np(cov), plus, rtol=1e-6, atol=1e-8):
+    if np.allclose(as_numpy64(cov), plus, rtol=1e-6, atol=1e-8):
         raise AssertionError("cond_cov = S_MM + S_MR S_RR^-1 S_RM is the slide's erratum: conditioning REDUCES "
                              "uncertainty, the covariance is the Schur complement S_MM - S_MR S_RR^-1 S_RM")
 
 
-def check_score_estimates(got, ref, sigmas: float = 4.0) -> None:
-    """Every S-hat(x; m) lies within ``sigmas`` true standard errors of the exact S(x; m)."""
+def check_score_estimates(got, ref) -> None:
+    """Every S-hat(x; m) lies within SCORE_SIGMAS true standard errors of the exact S(x; m)."""
     if not isinstance(got, dict) or not isinstance(got.get("calls"), list) or len(got["calls"]) != len(ref["calls"]):
-        raise AssertionError(f"no estimates: it {_describe(got)}")
+        raise AssertionError(f"no estimates: it {describe(got)}")
     n = int(ref["n_masks"])
     for (_, out), (m, _) in zip(got["calls"], ref["calls"]):
         where = f"S(x; {m})" + (f" for x of shape {tuple(ref['x'].shape)}" if ref["x"].dim() == 2 else "")
         est, _se = _estimate_pair(out, where)
         exact, sd = exact_masked_score(ref["x"], ref["W"], ref["mu"], ref["sigma2"], int(m))
         true_se = sd / math.sqrt(n)
-        if abs(est - exact) > sigmas * true_se + 1e-9:
+        if abs(est - exact) > SCORE_SIGMAS * true_se + 1e-9:
             raise AssertionError(
                 f"{where} with {n} masks is {abs(est - exact) / true_se:.1f} standard errors from the exact value "
                 "(every mask enumerated). Each mask of size m contributes (1/m) sum_j log p(x_j | x_R), every "
@@ -254,16 +210,16 @@ def check_score_estimates(got, ref, sigmas: float = 4.0) -> None:
                 + (", averaged over the rows of x." if ref["x"].dim() == 2 else "."))
 
 
-def check_score_standard_errors(got, ref, low: float = 0.7, high: float = 1.4) -> None:
+def check_score_standard_errors(got, ref) -> None:
     """The reported standard error is about sd / sqrt(n_masks) (sd: the exact per-mask scatter)."""
     if not isinstance(got, dict) or not isinstance(got.get("calls"), list) or len(got["calls"]) != len(ref["calls"]):
-        raise AssertionError(f"no estimates: it {_describe(got)}")
+        raise AssertionError(f"no estimates: it {describe(got)}")
     n = int(ref["n_masks"])
     for (_, out), (m, _) in zip(got["calls"], ref["calls"]):
         _est, se = _estimate_pair(out, f"S(x; {m})")
         _, sd = exact_masked_score(ref["x"], ref["W"], ref["mu"], ref["sigma2"], int(m))
         ratio = se / (sd / math.sqrt(n))
-        if not low <= ratio <= high:
+        if not SE_RATIO_RANGE[0] <= ratio <= SE_RATIO_RANGE[1]:
             raise AssertionError(f"the standard error of S(x; {m}) with {n} masks is {ratio:.3g} times the true one: "
                                  "report the sample standard deviation of the per-mask values over sqrt(n_masks)")
 
@@ -271,7 +227,7 @@ def check_score_standard_errors(got, ref, low: float = 0.7, high: float = 1.4) -
 def check_full_mask(got, ref) -> None:
     """m = D: one possible mask, S(x; D) exact (the mean marginal log-density), standard error 0."""
     if not isinstance(got, list) or len(got) != len(ref):
-        raise AssertionError(f"expected {len(ref)} results, but it {_describe(got)}")
+        raise AssertionError(f"expected {len(ref)} results, but it {describe(got)}")
     for i, (g, r) in enumerate(zip(got, ref)):
         est, se = _estimate_pair(g, f"call {i + 1}")
         want = float(r[0])
@@ -286,7 +242,7 @@ def check_full_mask(got, ref) -> None:
 def check_generator(got, ref) -> None:
     """Same generator seed, same estimate; another seed, another estimate."""
     if not isinstance(got, list) or len(got) != 3:
-        raise AssertionError(f"expected 3 results, but it {_describe(got)}")
+        raise AssertionError(f"expected 3 results, but it {describe(got)}")
     a, b, c = (_estimate_pair(g, f"call {i + 1}")[0] for i, g in enumerate(got))
     if abs(a - b) > 1e-12 * (1 + abs(a)):
         raise AssertionError("two generators with the same seed give different estimates: draw the masks with "
@@ -312,7 +268,7 @@ def check_objective_estimate(got, ref) -> None:
     with 4x the masks; a correct answer misses twice with probability ~1e-5). A standard error that is
     too large to be honest is the other case's business."""
     if not isinstance(got, list) or len(got) != len(ref):
-        raise AssertionError(f"expected {len(ref)} results, but it {_describe(got)}")
+        raise AssertionError(f"expected {len(ref)} results, but it {describe(got)}")
     for i, (g, r) in enumerate(zip(got, ref)):
         if not isinstance(g, dict) or not isinstance(g.get("calls"), list) or len(g["calls"]) != len(r["calls"]):
             raise AssertionError(f"case {i + 1}: no estimates")
@@ -323,7 +279,7 @@ def check_objective_estimate(got, ref) -> None:
             if not se > 0:
                 raise AssertionError(f"case {i + 1}: the standard error is {se:.3g}, expected a positive number")
             zs.append(abs(est - exact) / se)   # in the student's own standard errors, as the text says
-            if zs[-1] < 3:
+            if zs[-1] < OBJECTIVE_SIGMAS:
                 break
         else:
             raise AssertionError(
@@ -332,17 +288,17 @@ def check_objective_estimate(got, ref) -> None:
                 "over m), each an average over masks" + (" and over the rows of x." if r["x"].dim() == 2 else "."))
 
 
-def check_objective_standard_error(got, ref, low: float = 0.7, high: float = 1.4) -> None:
+def check_objective_standard_error(got, ref) -> None:
     """The standard error is about sqrt(sum_m SE_m^2) (the S(x; m) being independent)."""
     if not isinstance(got, list) or len(got) != len(ref):
-        raise AssertionError(f"expected {len(ref)} results, but it {_describe(got)}")
+        raise AssertionError(f"expected {len(ref)} results, but it {describe(got)}")
     for i, (g, r) in enumerate(zip(got, ref)):
         if not isinstance(g, dict) or not isinstance(g.get("calls"), list) or len(g["calls"]) != len(r["calls"]):
             raise AssertionError(f"case {i + 1}: no estimates")
         for n, out in zip(r["n_masks"], g["calls"]):
             _est, se = _estimate_pair(out, f"case {i + 1}")
             ratio = se / exact_objective_se(r["x"], r["W"], r["mu"], r["sigma2"], int(n))
-            if not low <= ratio <= high:
+            if not SE_RATIO_RANGE[0] <= ratio <= SE_RATIO_RANGE[1]:
                 raise AssertionError(f"case {i + 1}: the standard error is {ratio:.3g} times the true one: the "
                                      "S(x; m) are independent estimates, so it is sqrt(sum_m SE_m^2)")
 
@@ -366,7 +322,7 @@ CASES = [
     Case("test_ppca_log_marginal", "lm_single", "a single x (D,) gives a 0-d tensor", check_single_log_marginal),
     Case("test_ppca_log_marginal", "lm_gradient", "gradients reach W, mu and sigma2 (everything in torch)", GRAD),
     Case("test_ppca_log_marginal", "lm_rejects_shapes", "a ValueError when W, mu and x disagree in shape",
-         raises("ValueError"), requires=("lm_batch", "lm_single")),
+         expect_raises("ValueError"), requires=("lm_batch", "lm_single")),
     # gaussian_conditional: the test cell's 3 points, shared by the weights below
     Case("test_gaussian_conditional", "gc_values",
          "mean mu_M + S_MR S_RR^-1 (x_R - mu_R) and Schur-complement covariance S_MM - S_MR S_RR^-1 S_RM, "
@@ -376,9 +332,9 @@ CASES = [
     Case("test_gaussian_conditional", "gc_all_masked", "R empty (everything masked): the marginal N(mu_M, S_MM)",
          check_conditional),
     Case("test_gaussian_conditional", "gc_rejects_shapes", "a ValueError for inconsistent shapes",
-         raises("ValueError"), requires=("gc_values", "gc_order")),
+         expect_raises("ValueError"), requires=("gc_values", "gc_order")),
     Case("test_gaussian_conditional", "gc_rejects_indices", "a ValueError for indices out of range or repeated",
-         raises("ValueError"), requires=("gc_values", "gc_order")),
+         expect_raises("ValueError"), requires=("gc_values", "gc_order")),
     # masked_score: the test cell's 3 points, shared by the weights below
     Case("test_masked_score", "ms_estimate",
          "S(x; m) estimated by (1/m) sum_{j in M} log p(x_j | x_R) over uniform masks of size m (within 4 "
@@ -396,7 +352,7 @@ CASES = [
     Case("test_masked_score", "ms_global_state",
          "masks drawn with `generator` (torch.randperm(D, generator=generator)): the global random state is left "
          "alone", check_global_state, requires=("ms_estimate", "ms_batch")),
-    Case("test_masked_score", "ms_rejects_m", "a ValueError unless 1 <= m <= D", raises("ValueError"),
+    Case("test_masked_score", "ms_rejects_m", "a ValueError unless 1 <= m <= D", expect_raises("ValueError"),
          requires=("ms_estimate", "ms_batch")),
     # masked_pretraining_objective: the test cell's 2 points, shared by the weights below
     Case("test_masked_pretraining_objective", "mo_estimate",

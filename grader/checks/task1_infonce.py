@@ -9,12 +9,11 @@ equal-scores case alone). Every requirement here is written in the notebook abov
 
 from __future__ import annotations
 
+from grader.compare import expect_raises, expect_same
 from grader.judge import Case
 
-from ._common import raises, same
-
-LOSS = same(rtol=1e-5, atol=1e-5)
-STABLE64 = same(rtol=1e-9, atol=1e-9)
+LOSS = expect_same(rtol=1e-5, atol=1e-5)
+STABLE64 = expect_same(rtol=1e-9, atol=1e-9)
 
 # Weights are shares, not points: a comment "name: the test cell's N points" gives the points of the test
 # cell the cases under it belong to, and a case earns its weight's share of them (grader/judge.py: points x
@@ -31,44 +30,45 @@ CASES = [
     Case("test_info_nce_loss", "info_nce_float64_stable",
          "float64 scores near 1000 give a finite float64 loss (stable log-sum-exp)", STABLE64),
     Case("test_info_nce_loss", "info_nce_gradient", "differentiable: the gradient a training step needs",
-         same(rtol=1e-4, atol=1e-6)),
-    Case("test_info_nce_loss", "info_nce_rejects_1d", "a ValueError for scores that are not 2-D", raises("ValueError"),
+         expect_same(rtol=1e-4, atol=1e-6)),
+    Case("test_info_nce_loss", "info_nce_rejects_1d", "a ValueError for scores that are not 2-D",
+         expect_raises("ValueError"),
          requires=("info_nce_column0", "info_nce_float64_stable")),
     # nce_loss: the test cell's 3 points, shared by the weights below
     Case("test_nce_loss", "nce_values", "mean NCE loss with the log K shift (0-dim, dtype kept)", LOSS, weight=3),
     Case("test_nce_loss", "nce_float64_stable", "float64 scores of size 80 stay finite and exact (F.logsigmoid)",
          STABLE64),
     Case("test_nce_loss", "nce_rejects_no_negative", "a ValueError when there is no negative (K = 0)",
-         raises("ValueError"), requires=("nce_values", "nce_float64_stable")),
+         expect_raises("ValueError"), requires=("nce_values", "nce_float64_stable")),
     # cosine_scores: the test cell's 2 points, shared by the weights below
     Case("test_cosine_scores", "cosine_values", "cosine similarity over the temperature, shape [B, K+1]",
-         same(rtol=1e-4, atol=1e-5), weight=2),
+         expect_same(rtol=1e-4, atol=1e-5), weight=2),
     Case("test_cosine_scores", "cosine_scale_invariant", "scores do not depend on the vectors' norms",
-         same(rtol=1e-4, atol=1e-5)),
+         expect_same(rtol=1e-4, atol=1e-5)),
     Case("test_cosine_scores", "cosine_rejects_batch_mismatch",
-         "a ValueError when anchors and candidates disagree in B", raises("ValueError"),
+         "a ValueError when anchors and candidates disagree in B", expect_raises("ValueError"),
          requires=("cosine_values", "cosine_scale_invariant")),
     Case("test_cosine_scores", "cosine_rejects_bad_temperature", "a ValueError for a temperature <= 0",
-         raises("ValueError"), requires=("cosine_values", "cosine_scale_invariant")),
+         expect_raises("ValueError"), requires=("cosine_values", "cosine_scale_invariant")),
     # gaussian_mutual_information and infonce_mi_lower_bound: the test cell's 2 points, shared by the weights below
     Case("test_mi_functions", "gaussian_mi_values", "I(X;Y) = -d/2 log(1 - rho^2)",
-         same(rtol=1e-9, atol=1e-12, numbers="any"), weight=2),
+         expect_same(rtol=1e-9, atol=1e-12, numbers="any"), weight=2),
     Case("test_mi_functions", "gaussian_mi_negative_rho",
          "I(X;Y) = -d/2 log(1 - rho^2) for negative rho, many coordinates and |rho| near 1",
-         same(rtol=1e-9, atol=1e-12, numbers="any")),
-    Case("test_mi_functions", "gaussian_mi_rejects_rho_one", "a ValueError for |rho| >= 1", raises("ValueError"),
+         expect_same(rtol=1e-9, atol=1e-12, numbers="any")),
+    Case("test_mi_functions", "gaussian_mi_rejects_rho_one", "a ValueError for |rho| >= 1", expect_raises("ValueError"),
          requires=("gaussian_mi_values", "gaussian_mi_negative_rho")),
     Case("test_mi_functions", "mi_bound_values", "log(K+1) - L from the mean loss",
-         same(rtol=1e-6, atol=1e-6, numbers="any"), weight=2),
+         expect_same(rtol=1e-6, atol=1e-6, numbers="any"), weight=2),
     Case("test_mi_functions", "mi_bound_float64", "log(K+1) - L from a float64 mean (0-dim) loss and large K",
-         same(rtol=1e-9, atol=1e-9, numbers="any")),
+         expect_same(rtol=1e-9, atol=1e-9, numbers="any")),
     Case("test_mi_functions", "mi_bound_rejects_per_sample", "a ValueError for per-sample losses (not 0-dim)",
-         raises("ValueError"), requires=("mi_bound_values", "mi_bound_float64")),
+         expect_raises("ValueError"), requires=("mi_bound_values", "mi_bound_float64")),
     # n_pair_loss: the test cell's 1 point, shared by the weights below
     Case("test_n_pair_loss", "n_pair_values", "mean N-pair loss (0-dim, dtype kept), equal to InfoNCE", LOSS,
          weight=2),
     Case("test_n_pair_loss", "n_pair_large_gaps", "stable for score gaps of 100 (log-sum-exp)",
-         same(rtol=1e-5, atol=1e-4)),
+         expect_same(rtol=1e-5, atol=1e-4)),
 ]
 
 # The function each probe exercises: a case that expects an error scores only once value cases of the SAME

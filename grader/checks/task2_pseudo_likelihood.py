@@ -7,74 +7,45 @@ ones (``single_index_estimate``, ``bert_mask``) are judged by properties: every 
 draws are uniform and rates are 80/10/10 within five standard errors, a seeded call is reproducible,
 another seed gives other draws and the global random states (torch, NumPy, ``random``) are left alone.
 
-The reference formulas at the end (float64, one masked copy or one prefix per forward pass) are not used
-by the cases; tests/test_task2.py checks the solution against them.
+The independent float64 references (one masked copy or one prefix per forward pass) that
+tests/test_task2.py checks the solution against are in tests/references/task2_pseudo_likelihood.py.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 
 import torch
 
+from grader.compare import (SIGMAS, as_dict, as_tensor, describe, expect_false, expect_raises, expect_same,
+                             global_states_moved)
 from grader.evidence import Raised
 from grader.judge import Case
 
-from ._common import _describe, global_states_moved, raises, same
-
-_SIGMAS = 5.0  # statistical tolerance of every Monte-Carlo check
-
 
 # =============================================================================== comparators
-def _tensor(x, where: str, dtype=None, shape=None) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise AssertionError(f"{where}: expected a torch.Tensor, but it {_describe(x)}")
-    if dtype is not None and x.dtype != dtype:
-        raise AssertionError(f"{where}: dtype {x.dtype}, expected {dtype}")
-    if shape is not None and tuple(x.shape) != tuple(shape):
-        raise AssertionError(f"{where}: shape {tuple(x.shape)}, expected {tuple(shape)}")
-    return x
-
-
-def _dict(got, where: str = "result") -> dict:
-    if not isinstance(got, dict):
-        raise AssertionError(f"{where}: it {_describe(got)}")
-    return got
-
-
-def python_float(rtol: float = 1e-6):
+def expect_python_floats(rtol: float = 1e-6):
     """A list of Python floats (a numpy float64 is one too) matching the solution's, or the same exception."""
-    values = same(rtol=rtol, atol=0.0)
+    values = expect_same(rtol=rtol, atol=0.0)
 
     def check(got, ref) -> None:
         if not isinstance(got, list) or len(got) != len(ref):
-            raise AssertionError(f"expected {len(ref)} results, but it {_describe(got)}")
+            raise AssertionError(f"expected {len(ref)} results, but it {describe(got)}")
         for i, (g, r) in enumerate(zip(got, ref)):
             if isinstance(r, float):
                 numpy_float = (getattr(g, "shape", None) == () and getattr(getattr(g, "dtype", None), "name", "")
                                == "float64" and not isinstance(g, torch.Tensor))
                 if not (isinstance(g, float) or numpy_float):
-                    raise AssertionError(f"call {i + 1}: expected a Python float, but it {_describe(g)}")
+                    raise AssertionError(f"call {i + 1}: expected a Python float, but it {describe(g)}")
                 g = float(g)
             values(g, r, f"call {i + 1}")
 
     return check
 
 
-def is_false(what: str):
-    def check(got, ref) -> None:
-        if isinstance(got, Raised):
-            raise AssertionError(f"it raised {got}")
-        if got is not False:
-            raise AssertionError(what)
-
-    return check
-
-
-def batched_passes(got, ref) -> None:
+def check_batched_passes(got, ref) -> None:
     """ceil(copies / batch_size) forward passes of at most batch_size copies (inputs from the reference run)."""
-    sizes = _dict(got).get("sizes")
+    sizes = as_dict(got).get("sizes")
     copies, batch_size = ref["copies"], ref["batch_size"]
     need = math.ceil(copies / batch_size)
     if not isinstance(sizes, list) or not sizes:
@@ -84,8 +55,8 @@ def batched_passes(got, ref) -> None:
                              f"most {batch_size} copies; counted {len(sizes)} passes of sizes {sizes}")
 
 
-def passes_per_call(got, ref) -> None:
-    sizes = _dict(got).get("sizes")
+def check_passes_per_call(got, ref) -> None:
+    sizes = as_dict(got).get("sizes")
     calls = ref.get("calls", 1)
     if not isinstance(sizes, list) or len(sizes) != calls:
         n = len(sizes) if isinstance(sizes, list) else 0
@@ -108,9 +79,9 @@ def _nearest(got: torch.Tensor, centres: torch.Tensor) -> tuple[torch.Tensor, to
 _EST_RTOL, _EST_ATOL = 1e-4, 1e-3
 
 
-def possible_estimates(got, ref) -> None:
+def check_possible_estimates(got, ref) -> None:
     """float32 [num_samples]; every value is T * l_u for a scored position u (the values the solution takes)."""
-    g = _tensor(got, "result", torch.float32, tuple(ref.shape))
+    g = as_tensor(got, "result", tuple(ref.shape), torch.float32)
     if not bool(torch.isfinite(g).all()):
         raise AssertionError("some estimates are not finite")
     centres = _clusters(ref, _EST_RTOL, _EST_ATOL)
@@ -121,10 +92,10 @@ def possible_estimates(got, ref) -> None:
                              f"any scored position u (T = the number of scored positions)")
 
 
-def uniform_estimates(got, ref) -> None:
+def check_uniform_estimates(got, ref) -> None:
     """The scored positions are drawn uniformly: each possible value is as frequent as in the solution's
     draws (two binomial proportions, five standard errors), so the mean is S(x)."""
-    possible_estimates(got, ref)
+    check_possible_estimates(got, ref)
     centres = _clusters(ref, _EST_RTOL, _EST_ATOL)
     _, gi = _nearest(got, centres)
     _, ri = _nearest(ref, centres)
@@ -134,18 +105,18 @@ def uniform_estimates(got, ref) -> None:
     p = (fg * n_g + fr * n_r) / (n_g + n_r)
     sd = (p * (1 - p) * (1 / n_g + 1 / n_r)).sqrt()
     z = (fg - fr).abs() / sd.clamp(min=1e-12)
-    if bool((z > _SIGMAS).any()):
+    if bool((z > SIGMAS).any()):
         raise AssertionError(f"U is not uniform over the scored positions: the frequencies of the {len(centres)} "
                              f"positions are off by up to {float(z.max()):.1f} standard errors")
 
 
-def reproducible_pair(got, ref) -> None:
+def check_reproducible_pair(got, ref) -> None:
     if not isinstance(got, list) or len(got) != 2:
-        raise AssertionError(f"it {_describe(got)}")
+        raise AssertionError(f"it {describe(got)}")
     a, b = got
     if isinstance(ref[0], torch.Tensor):
-        _tensor(a, "first call", ref[0].dtype, ref[0].shape)
-        _tensor(b, "second call", ref[0].dtype, ref[0].shape)
+        as_tensor(a, "first call", ref[0].shape, ref[0].dtype)
+        as_tensor(b, "second call", ref[0].shape, ref[0].dtype)
         same_ = torch.equal(a, b)
     else:  # a (masked, labels) pair
         same_ = all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
@@ -163,7 +134,7 @@ def _tensors(x, where: str) -> list:
         return [x]
     if isinstance(x, (list, tuple)) and x and all(isinstance(t, torch.Tensor) for t in x):
         return list(x)
-    raise AssertionError(f"{where}: it {_describe(x)}")
+    raise AssertionError(f"{where}: it {describe(x)}")
 
 
 def _like_reference(got, ref, where: str) -> list:
@@ -172,22 +143,22 @@ def _like_reference(got, ref, where: str) -> list:
     if len(g) != len(r):
         raise AssertionError(f"{where}: {len(g)} results, expected {len(r)}")
     for i, (a, b) in enumerate(zip(g, r)):
-        _tensor(a, where if len(g) == 1 else f"{where}, result {i + 1}", b.dtype, b.shape)
+        as_tensor(a, where if len(g) == 1 else f"{where}, result {i + 1}", b.shape, b.dtype)
     return g
 
 
-def other_seeds_differ(got, ref) -> None:
+def check_other_seeds_differ(got, ref) -> None:
     """Two calls with differently seeded generators (on inputs where a coincidence is astronomically
     unlikely) give different draws: the randomness comes from the generator, not from a fixed one."""
     if not isinstance(got, list) or len(got) != 2:
-        raise AssertionError(f"expected 2 results, but it {_describe(got)}")
+        raise AssertionError(f"expected 2 results, but it {describe(got)}")
     a, b = (_like_reference(g, r, f"call {i + 1}") for i, (g, r) in enumerate(zip(got, ref)))
     if all(torch.equal(x, y) for x, y in zip(a, b)):
         raise AssertionError("two generators seeded differently gave the same draws: draw from the given "
                              "`generator`, not from a generator of your own seeded with a fixed number")
 
 
-def global_state_untouched(got, ref) -> None:
+def check_global_state_untouched(got, ref) -> None:
     """The call succeeded (a result of the reference's shape and dtype) and left the global random
     states of torch, NumPy and Python as they were: every draw came from the given generator."""
     moved = global_states_moved(got, ref, lambda g, r: _like_reference(g, r, "the call"))
@@ -196,19 +167,19 @@ def global_state_untouched(got, ref) -> None:
                              "`generator`")
 
 
-def bools(got, ref) -> None:
+def check_bools(got, ref) -> None:
     """A Python bool per call, equal to the solution's (or the same kind of exception)."""
     if not isinstance(got, list) or len(got) != len(ref):
-        raise AssertionError(f"expected {len(ref)} results, but it {_describe(got)}")
+        raise AssertionError(f"expected {len(ref)} results, but it {describe(got)}")
     for i, (g, r) in enumerate(zip(got, ref)):
         if isinstance(r, Raised):
             if not isinstance(g, Raised) or not g.is_a(r.type):
-                raise AssertionError(f"call {i + 1}: expected a {r.type}, but it {_describe(g)}")
+                raise AssertionError(f"call {i + 1}: expected a {r.type}, but it {describe(g)}")
             continue
         if isinstance(g, Raised):
             raise AssertionError(f"call {i + 1}: it raised {g}")
         if type(g) is not bool:
-            raise AssertionError(f"call {i + 1}: expected a Python bool, but it {_describe(g)}")
+            raise AssertionError(f"call {i + 1}: expected a Python bool, but it {describe(g)}")
         if g != r:
             raise AssertionError(f"call {i + 1}: answered {g}, which is wrong for these tables")
 
@@ -217,7 +188,7 @@ def bools(got, ref) -> None:
 def _bert_output(got, ref):
     """(ids, masked_ids, labels) as int64. The two large-batch probes ship int64 results as int16 (the
     values fit) to keep the evidence small; any other dtype is the student's and is reported."""
-    g = _dict(got)
+    g = as_dict(got)
     ids = ref["ids"].long()
     compact = ref["ids"].dtype == torch.int8
     out = []
@@ -225,7 +196,7 @@ def _bert_output(got, ref):
         x = g.get(key)
         if compact and isinstance(x, torch.Tensor) and x.dtype == torch.int16:
             x = x.long()
-        out.append(_tensor(x, name, torch.long, ids.shape))
+        out.append(as_tensor(x, name, ids.shape, torch.long))
     return ids, out[0], out[1]
 
 
@@ -233,7 +204,7 @@ def _special(ids):
     return (ids == 0) | (ids == 1)
 
 
-def bert_labels_and_specials(got, ref) -> None:
+def check_bert_labels_and_specials(got, ref) -> None:
     """int64 of the input's shape; specials never selected nor replaced; labels = original id where
     selected, -100 elsewhere; unselected positions keep their token; selection rate q = 0.15."""
     ids, masked, labels = _bert_output(got, ref)
@@ -247,12 +218,12 @@ def bert_labels_and_specials(got, ref) -> None:
         raise AssertionError("a position that is not selected (label -100) was changed")
     n, k, q = int((~special).sum()), int(selected.sum()), 0.15
     sd = math.sqrt(n * q * (1 - q))
-    if abs(k - n * q) > _SIGMAS * sd:
+    if abs(k - n * q) > SIGMAS * sd:
         raise AssertionError(f"{k / n:.3f} of the non-special tokens were selected, expected q = {q} "
                              f"(off by {abs(k - n * q) / sd:.1f} standard errors)")
 
 
-def bert_80_10_10(got, ref) -> None:
+def check_bert_80_10_10(got, ref) -> None:
     """Selected tokens: [MASK] 80 %, a uniformly random token 10 %, unchanged 10 % (five standard errors)."""
     ids, masked, labels = _bert_output(got, ref)
     vocab, mask_id = 16, 15
@@ -267,7 +238,7 @@ def bert_80_10_10(got, ref) -> None:
              "random": (rand, 0.1 * (1 - 2 / vocab))}
     for name, (hit, p) in rates.items():
         c, sd = int(hit.sum()), math.sqrt(k * p * (1 - p))
-        if abs(c - k * p) > _SIGMAS * sd:
+        if abs(c - k * p) > SIGMAS * sd:
             raise AssertionError(f"{name}: {c / k:.3f} of the selected tokens, expected {p:.3f} (80/10/10 rule; off by "
                                  f"{abs(c - k * p) / sd:.1f} standard errors)")
     counts = torch.bincount(out[rand], minlength=vocab).double()
@@ -276,29 +247,29 @@ def bert_80_10_10(got, ref) -> None:
             continue
         eligible, p_tok = int((orig != tok).sum()), 0.1 / vocab
         sd = math.sqrt(eligible * p_tok * (1 - p_tok))
-        if abs(counts[tok].item() - eligible * p_tok) > _SIGMAS * sd + 1:
+        if abs(counts[tok].item() - eligible * p_tok) > SIGMAS * sd + 1:
             raise AssertionError(f"the random replacements are not uniform over [0, vocab_size): one token is off by "
                                  f"{abs(counts[tok].item() - eligible * p_tok) / sd:.1f} standard errors")
 
 
-def bert_q_edges(got, ref) -> None:
-    g = _dict(got)
+def check_bert_q_edges(got, ref) -> None:
+    g = as_dict(got)
     ids = ref["ids"]
     special = _special(ids)
     for key, want, what in (("q0", torch.zeros_like(special), "q=0 must select nothing"),
                             ("q1", ~special, "q=1 must select every non-special token")):
         pair = g.get(key)
         if not isinstance(pair, list) or len(pair) != 2:
-            raise AssertionError(f"{what}: it {_describe(pair)}")
-        masked = _tensor(pair[0], "masked_ids", torch.long, ids.shape)
-        labels = _tensor(pair[1], "labels", torch.long, ids.shape)
+            raise AssertionError(f"{what}: it {describe(pair)}")
+        masked = as_tensor(pair[0], "masked_ids", ids.shape, torch.long)
+        labels = as_tensor(pair[1], "labels", ids.shape, torch.long)
         if not torch.equal(labels != -100, want):
             raise AssertionError(what)
         if key == "q0" and not torch.equal(masked, ids):
             raise AssertionError("q=0 must leave the input unchanged")
 
 
-def bert_one_sequence(got, ref) -> None:
+def check_bert_one_sequence(got, ref) -> None:
     ids, masked, labels = _bert_output(got, ref)
     selected = labels != -100
     if bool(selected[_special(ids)].any()) or not torch.equal(labels[selected], ids[selected]) \
@@ -306,26 +277,26 @@ def bert_one_sequence(got, ref) -> None:
         raise AssertionError("on one sequence [T], the labels or the kept tokens are wrong")
 
 
-def unchanged_input(got, ref) -> None:
+def check_unchanged_input(got, ref) -> None:
     if not isinstance(got, list) or len(got) != 2:
-        raise AssertionError(f"it {_describe(got)}")
-    after = _tensor(got[1], "input_ids")
+        raise AssertionError(f"it {describe(got)}")
+    after = as_tensor(got[1], "input_ids")
     if after.shape != ref[0].shape or not torch.equal(after, ref[0]):
         raise AssertionError("input_ids was modified in place")
 
 
 # =============================================================================== the cases
-LOSS = same(rtol=1e-5, atol=1e-5)
-LOSS64 = same(rtol=1e-9, atol=1e-9)
-TABLE = same(rtol=1e-4, atol=1e-4)
-PLL = same(rtol=1e-4, atol=1e-3)
-EXACT = same(rtol=0.0, atol=0.0)
+LOSS = expect_same(rtol=1e-5, atol=1e-5)
+LOSS64 = expect_same(rtol=1e-9, atol=1e-9)
+TABLE = expect_same(rtol=1e-4, atol=1e-4)
+PLL = expect_same(rtol=1e-4, atol=1e-3)
+EXACT = expect_same(rtol=0.0, atol=0.0)
 
 # What each comparator checks about the draws of a function that takes a generator
 # (tests/test_judge_gates.py).
-reproducible_pair.draws = ("same seed",)
-other_seeds_differ.draws = ("other seed",)
-global_state_untouched.draws = ("global state",)
+check_reproducible_pair.draws = ("same seed",)
+check_other_seeds_differ.draws = ("other seed",)
+check_global_state_untouched.draws = ("global state",)
 
 # Weights are shares, not points: a comment "name: the test cell's N points" gives the points of the test
 # cell the cases under it belong to, and a case earns its weight's share of them (grader/judge.py: points x
@@ -340,7 +311,7 @@ CASES = [
     Case("test_mlm_loss", "mlm_loss_unselected_inf", "an unselected position contributes exactly zero, even at -inf",
          LOSS),
     Case("test_mlm_loss", "mlm_loss_rejects_shapes", "a ValueError when the shapes do not fit together",
-         raises("ValueError"), requires=("mlm_loss_one_mask", "mlm_loss_many_masks")),
+         expect_raises("ValueError"), requires=("mlm_loss_one_mask", "mlm_loss_many_masks")),
     # masked_copies: the test cell's 1 point, shared by the weights below
     Case("test_masked_copies", "masked_copies_values",
          "int64 [P, T]: row k is input_ids with positions[k] set to the mask id (repeats allowed)", EXACT, weight=2),
@@ -348,91 +319,93 @@ CASES = [
          "copy k replaces positions[k] by the mask token, for positions in any order (a permutation)", EXACT),
     Case("test_masked_copies", "masked_copies_input_unchanged", "input_ids is left unchanged", EXACT),
     Case("test_masked_copies", "masked_copies_rejects_2d", "a ValueError for an input that is not 1-D",
-         raises("ValueError"), requires=("masked_copies_values", "masked_copies_permutation")),
+         expect_raises("ValueError"), requires=("masked_copies_values", "masked_copies_permutation")),
     Case("test_masked_copies", "masked_copies_rejects_out_of_range", "a ValueError for a position outside [0, T)",
-         raises("ValueError"), requires=("masked_copies_values", "masked_copies_permutation")),
+         expect_raises("ValueError"), requires=("masked_copies_values", "masked_copies_permutation")),
     # conditional_log_probs: the test cell's 3 points, shared by the weights below
     Case("test_conditional_log_probs", "conditional_all_positions",
          "float32 [T, V]: row t is the log-softmax at position t of the copy with t masked", TABLE, weight=2),
     Case("test_conditional_log_probs", "conditional_given_positions",
          "with positions given, row k belongs to positions[k]", TABLE, weight=2),
     Case("test_conditional_log_probs", "conditional_batches",
-         "copies evaluated in batches of batch_size (one forward pass per batch)", batched_passes),
+         "copies evaluated in batches of batch_size (one forward pass per batch)", check_batched_passes),
     Case("test_conditional_log_probs", "conditional_no_grad", "computed under torch.no_grad() (no autograd graph)",
-         is_false("the result requires grad: compute it under torch.no_grad()")),
+         expect_false("the result requires grad: compute it under torch.no_grad()")),
     # pseudo_log_likelihood / pseudo_perplexity: the test cell's 2 points, shared by the weights below
     Case("test_pseudo_log_likelihood", "pll_all_positions",
          "PLL = sum of log p(x_t | x without t) over all positions, a 0-dim float32 tensor", PLL, weight=2),
     Case("test_pseudo_log_likelihood", "pll_given_positions", "with positions given, the sum runs over them only", PLL),
     Case("test_pseudo_log_likelihood", "pll_batches", "masked copies evaluated in batches of batch_size",
-         batched_passes),
+         check_batched_passes),
     Case("test_pseudo_log_likelihood", "pppl_values", "pseudo_perplexity = exp(-PLL / T) as a Python float",
-         python_float()),
+         expect_python_floats()),
     Case("test_pseudo_log_likelihood", "pppl_tensor",
-         "pseudo_perplexity of a PLL given as a 0-dim tensor, a Python float", python_float()),
+         "pseudo_perplexity of a PLL given as a 0-dim tensor, a Python float", expect_python_floats()),
     Case("test_pseudo_log_likelihood", "pppl_rejects_no_tokens", "pseudo_perplexity: a ValueError unless num_tokens > 0",
-         raises("ValueError"), requires=("pppl_values", "pppl_tensor")),
+         expect_raises("ValueError"), requires=("pppl_values", "pppl_tensor")),
     # single_index_estimate: the test cell's 3 points, shared by the weights below
     Case("test_single_index_estimate", "single_index_values",
-         "float32 [num_samples] of T * (-log p(x_U | x without U))", possible_estimates, weight=2),
+         "float32 [num_samples] of T * (-log p(x_U | x without U))", check_possible_estimates, weight=2),
     Case("test_single_index_estimate", "single_index_given_positions",
-         "U drawn from positions, and T = the number of scored positions", possible_estimates, weight=2),
+         "U drawn from positions, and T = the number of scored positions", check_possible_estimates, weight=2),
     Case("test_single_index_estimate", "single_index_uniform", "U uniform over the scored positions (unbiased)",
-         uniform_estimates, weight=2),
+         check_uniform_estimates, weight=2),
     Case("test_single_index_estimate", "single_index_one_pass", "all samples in ONE batched forward pass",
-         passes_per_call),
+         check_passes_per_call),
     Case("test_single_index_estimate", "single_index_generator", "U drawn with the given generator (reproducible)",
-         reproducible_pair),
+         check_reproducible_pair),
     Case("test_single_index_estimate", "single_index_seeds_differ",
-         "U drawn with the given generator: another seed gives other draws", other_seeds_differ),
+         "U drawn with the given generator: another seed gives other draws", check_other_seeds_differ),
     Case("test_single_index_estimate", "single_index_global_state",
-         "U drawn with the given generator: the global random state is left alone", global_state_untouched,
+         "U drawn with the given generator: the global random state is left alone", check_global_state_untouched,
          requires=("single_index_values", "single_index_given_positions")),
     # causal_log_probs / perplexity: the test cell's 3 points, shared by the weights below
     Case("test_causal_log_probs", "causal_no_context",
          "float32 [T - 1]: log p(x_t | x_<t) from the logits shifted by one", TABLE, weight=2),
     Case("test_causal_log_probs", "causal_with_context", "with context_token_id prepended, all T tokens are predicted",
          TABLE, weight=2),
-    Case("test_causal_log_probs", "causal_one_pass", "ONE forward pass per sequence", passes_per_call),
+    Case("test_causal_log_probs", "causal_one_pass", "ONE forward pass per sequence", check_passes_per_call),
     Case("test_causal_log_probs", "causal_no_grad", "computed under torch.no_grad() (no autograd graph)",
-         is_false("the result requires grad: compute it under torch.no_grad()")),
+         expect_false("the result requires grad: compute it under torch.no_grad()")),
     Case("test_causal_log_probs", "causal_rejects_nothing_to_predict", "a ValueError when there is nothing to predict",
-         raises("ValueError"), requires=("causal_no_context", "causal_with_context")),
+         expect_raises("ValueError"), requires=("causal_no_context", "causal_with_context")),
     Case("test_causal_log_probs", "perplexity_values", "perplexity = exp(-log p / T) as a Python float",
-         python_float()),
+         expect_python_floats()),
     Case("test_causal_log_probs", "perplexity_tensor",
-         "perplexity of a log-likelihood given as a 0-dim tensor, a Python float", python_float()),
+         "perplexity of a log-likelihood given as a 0-dim tensor, a Python float", expect_python_floats()),
     Case("test_causal_log_probs", "perplexity_rejects_no_tokens", "perplexity: a ValueError unless num_tokens > 0",
-         raises("ValueError"), requires=("perplexity_values", "perplexity_tensor")),
+         expect_raises("ValueError"), requires=("perplexity_values", "perplexity_tensor")),
     # conditionals_compatible: the test cell's 3 points, shared by the weights below
     Case("test_conditionals_compatible", "compatible_joints",
-         "True (a Python bool) for the conditionals of a joint, float64 or float32", bools, weight=2),
+         "True (a Python bool) for the conditionals of a joint, float64 or float32", check_bools, weight=2),
     Case("test_conditionals_compatible", "incompatible_tables", "False for conditionals that come from no joint",
-         bools, weight=2),
+         check_bools, weight=2),
     Case("test_conditionals_compatible", "compatible_zeros", "supports: zeros and disconnected blocks, different supports",
-         bools),
+         check_bools),
     Case("test_conditionals_compatible", "compatible_atol", "the reconstructed conditionals are compared within atol",
-         bools),
+         check_bools),
     Case("test_conditionals_compatible", "compatible_rejects",
          "a ValueError for different shapes, negative entries, or rows/columns that do not sum to one",
-         raises("ValueError"), requires=("compatible_joints", "incompatible_tables")),
+         expect_raises("ValueError"), requires=("compatible_joints", "incompatible_tables")),
     # bert_mask: the test cell's 3 points, shared by the weights below
     Case("test_bert_mask", "bert_mask_selection",
          "selection with probability q on non-special tokens; labels the original id where selected, else -100",
-         bert_labels_and_specials, weight=2),
+         check_bert_labels_and_specials, weight=2),
     Case("test_bert_mask", "bert_mask_replacements", "selected: 80 % [MASK], 10 % uniformly random token, 10 % unchanged",
-         bert_80_10_10, weight=2),
-    Case("test_bert_mask", "bert_mask_q_edges", "q = 0 selects nothing, q = 1 every non-special token", bert_q_edges),
+         check_bert_80_10_10, weight=2),
+    Case("test_bert_mask", "bert_mask_q_edges", "q = 0 selects nothing, q = 1 every non-special token",
+         check_bert_q_edges),
     Case("test_bert_mask", "bert_mask_one_sequence", "one sequence [T] works as well as a batch [B, T]",
-         bert_one_sequence),
-    Case("test_bert_mask", "bert_mask_generator", "everything drawn from the given generator", reproducible_pair),
+         check_bert_one_sequence),
+    Case("test_bert_mask", "bert_mask_generator", "everything drawn from the given generator", check_reproducible_pair),
     Case("test_bert_mask", "bert_mask_seeds_differ",
-         "everything drawn from the given generator: another seed gives other draws", other_seeds_differ),
+         "everything drawn from the given generator: another seed gives other draws", check_other_seeds_differ),
     Case("test_bert_mask", "bert_mask_global_state",
-         "everything drawn from the given generator: the global random state is left alone", global_state_untouched,
+         "everything drawn from the given generator: the global random state is left alone",
+         check_global_state_untouched,
          requires=("bert_mask_selection", "bert_mask_replacements")),
-    Case("test_bert_mask", "bert_mask_input_unchanged", "input_ids is not modified", unchanged_input),
-    Case("test_bert_mask", "bert_mask_rejects_q", "a ValueError unless 0 <= q <= 1", raises("ValueError"),
+    Case("test_bert_mask", "bert_mask_input_unchanged", "input_ids is not modified", check_unchanged_input),
+    Case("test_bert_mask", "bert_mask_rejects_q", "a ValueError unless 0 <= q <= 1", expect_raises("ValueError"),
          requires=("bert_mask_selection", "bert_mask_replacements")),
 ]
 
@@ -459,86 +432,3 @@ FUNCTIONS = {
                   "bert_mask_generator", "bert_mask_seeds_differ", "bert_mask_global_state",
                   "bert_mask_input_unchanged", "bert_mask_rejects_q"),
 }
-
-
-# =============================================================================== reference formulas
-# Independent float64 references (one masked copy or one prefix per forward pass), used by
-# tests/test_task2.py to check the solution itself; the cases above compare with the solution.
-# ------------------------------------------------------------------------------ tiny models
-def tiny_masked_lm(seed: int = 0, vocab_size: int = 37, hidden: int = 32, layers: int = 2):
-    """A random BertForMaskedLM small enough to run a reference loop in float64 in milliseconds.
-
-    ``initializer_range=0.5`` makes the conditionals far from uniform, so an implementation that
-    forgets to mask, reads the wrong position or the wrong copy is off by whole nats.
-    Returns ``(model, mask_token_id)``; the model is in eval mode, float32, on the CPU.
-    """
-    from transformers import BertConfig, BertForMaskedLM
-
-    config = BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=2, intermediate_size=2 * hidden, max_position_embeddings=128,
-                        initializer_range=0.5, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    with torch.random.fork_rng(devices=[]):  # leave the notebook's global random state alone
-        torch.manual_seed(seed)
-        return BertForMaskedLM(config).eval(), vocab_size - 1
-
-
-def tiny_causal_lm(seed: int = 0, vocab_size: int = 41, hidden: int = 32, layers: int = 2):
-    """A random GPTNeoXForCausalLM (Pythia's class), eval mode, float32, CPU."""
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
-
-    config = GPTNeoXConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=layers,
-                           num_attention_heads=2, intermediate_size=2 * hidden, max_position_embeddings=128,
-                           initializer_range=0.5, hidden_dropout=0.0, attention_dropout=0.0)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return GPTNeoXForCausalLM(config).eval()
-
-
-def _device(model) -> torch.device:
-    return next(model.parameters()).device
-
-
-# ------------------------------------------------------------------------ reference formulas
-@torch.no_grad()
-def reference_conditionals(model, input_ids: torch.Tensor, mask_token_id: int, positions=None,
-                           dtype=torch.float64) -> torch.Tensor:
-    """log p(x_t = . | x_without_t) for each position, ONE masked copy per forward pass. [P, V] float64."""
-    ids = input_ids.to(_device(model))
-    positions = range(ids.numel()) if positions is None else [int(p) for p in positions]
-    work = copy.deepcopy(model).to(dtype) if dtype != next(model.parameters()).dtype else model
-    rows = []
-    for t in positions:
-        masked = ids.clone()
-        masked[t] = mask_token_id
-        logits = work(input_ids=masked.unsqueeze(0)).logits[0, t]
-        rows.append(torch.log_softmax(logits.to(torch.float64), dim=-1).cpu())
-    return torch.stack(rows)
-
-
-@torch.no_grad()
-def reference_causal_log_probs(model, input_ids: torch.Tensor, context_token_id=None,
-                               dtype=torch.float64) -> torch.Tensor:
-    """log p(x_t | x_<t) from one PREFIX per forward pass (the last logits of each), float64."""
-    ids = input_ids.to(_device(model))
-    if context_token_id is not None:
-        ids = torch.cat([ids.new_tensor([context_token_id]), ids])
-    work = copy.deepcopy(model).to(dtype) if dtype != next(model.parameters()).dtype else model
-    out = []
-    for t in range(1, ids.numel()):
-        logits = work(input_ids=ids[:t].unsqueeze(0)).logits[0, -1]
-        out.append(torch.log_softmax(logits.to(torch.float64), dim=-1)[ids[t]].cpu())
-    return torch.stack(out)
-
-
-
-
-def _conditionals_of(joint: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """p(a|b) and p(b|a) of a joint table [A, B] whose marginals are positive."""
-    return joint / joint.sum(0, keepdim=True), joint / joint.sum(1, keepdim=True)
-
-
-def _cross_ratio_compatible(p_a_given_b: torch.Tensor, p_b_given_a: torch.Tensor) -> bool:
-    """Independent reference for FULL support: R = p(a|b) / p(b|a) must have rank one (all 2x2 minors 0)."""
-    r = (p_a_given_b / p_b_given_a).double().log()
-    centred = r - r.mean(0, keepdim=True) - r.mean(1, keepdim=True) + r.mean()
-    return bool(centred.abs().max() < 1e-9)

@@ -14,7 +14,6 @@ pack's own tests and benchmarks (TA side only).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -22,10 +21,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from grader.compare import (SIGMAS, as_detached_scalar, as_items, as_tensor_like, describe, expect_raises,
+                            expect_same, global_states_moved, within_binomial)
 from grader.evidence import Raised
 from grader.judge import Case
-
-from ._common import _describe, global_states_moved, raises, same
 
 _SOLUTION = Path(__file__).resolve().parents[2] / "solutions" / "ex01" / "taskA_simclr.ipynb"
 _FUNCTION_CELLS = ("random_resized_crop_flip", "colour_distort", "augment_batch", "nt_xent_loss_loop", "nt_xent_loss",
@@ -39,58 +38,14 @@ def solution_namespace(notebook: Path = _SOLUTION) -> dict:
     import torch.nn.functional as F
 
     from utils import vision
+    from utils.notebook_cells import run_cells
 
-    cells = json.loads(Path(notebook).read_text(encoding="utf-8"))["cells"]
     ns = {"math": math, "torch": torch, "nn": nn, "F": F, "vision": vision, "np": np,
           "simclr_augment": vision.simclr_augment}
-    found = set()
-    for cell in cells:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if grade_id in _FUNCTION_CELLS:
-            exec(compile("".join(cell["source"]), f"<{notebook.name}:{grade_id}>", "exec"), ns)
-            found.add(grade_id)
-    missing = set(_FUNCTION_CELLS) - found
-    if missing:
-        raise RuntimeError(f"{notebook} lacks the cells {sorted(missing)}")
-    return ns
+    return run_cells(notebook, _FUNCTION_CELLS, ns)
 
 
 # =============================================================================== helpers
-def _tensor(x, where: str = "result", shape=None, dtype=None) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise AssertionError(f"{where}: expected a torch.Tensor, but it {_describe(x)}")
-    if shape is not None and tuple(x.shape) != tuple(shape):
-        raise AssertionError(f"{where}: shape {tuple(x.shape)}, expected {tuple(shape)}")
-    if dtype is not None and x.dtype != dtype:
-        raise AssertionError(f"{where}: dtype {x.dtype}, expected {dtype}")
-    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
-        raise AssertionError(f"{where}: holds values that are not finite")
-    return x
-
-
-def _like(got, ref, where: str = "result") -> torch.Tensor:
-    """A tensor of the reference's shape and dtype."""
-    return _tensor(got, where, tuple(ref.shape), ref.dtype)
-
-
-def _items(got, ref) -> list:
-    if isinstance(got, Raised):
-        raise AssertionError(f"it raised {got}")
-    if not isinstance(got, (list, tuple, dict)):
-        raise AssertionError(f"it {_describe(got)}")
-    if isinstance(ref, dict):
-        if not isinstance(got, dict) or set(got) != set(ref):
-            raise AssertionError("wrong result")
-        return [got[k] for k in ref]
-    if len(got) != len(ref):
-        raise AssertionError("wrong number of results")
-    return list(got)
-
-
-def _binomial_ok(count: int, n: int, p: float, sigmas: float = 5.0) -> bool:
-    return abs(count - n * p) <= sigmas * math.sqrt(n * p * (1 - p)) + 1
-
-
 def _in_unit_range(x: torch.Tensor, where: str) -> None:
     lo, hi = float(x.min()), float(x.max())
     if lo < -1e-6 or hi > 1 + 1e-6:
@@ -106,9 +61,9 @@ def _pairwise_distinct(out: torch.Tensor, what: str) -> None:
                              "its own random parameters (transforms.v2 on a batch draws ONE set for all images)")
 
 
-def _reproducible(got, ref) -> None:
-    a, b, c = _items(got, ref)
-    a, b, c = (_like(t, r, f"call {i + 1}") for i, (t, r) in enumerate(zip((a, b, c), ref)))
+def check_reproducible(got, ref) -> None:
+    a, b, c = as_items(got, ref)
+    a, b, c = (as_tensor_like(t, r, f"call {i + 1}") for i, (t, r) in enumerate(zip((a, b, c), ref)))
     if not torch.equal(a, b):
         raise AssertionError("two calls with equally seeded generators gave different results: draw every random "
                              "number with `generator`")
@@ -120,10 +75,10 @@ def _reproducible(got, ref) -> None:
 def _result_like(got, ref) -> None:
     if isinstance(got, Raised):
         raise AssertionError(f"the call raised {got}")
-    _like(got, ref, "the call")
+    as_tensor_like(got, ref, "the call")
 
 
-def global_state_untouched(got, ref) -> None:
+def check_global_state_untouched(got, ref) -> None:
     """The call returned a tensor of the reference's shape and dtype and left the global random states of
     torch, NumPy and Python as they were: every random number came from the given generator."""
     moved = global_states_moved(got, ref, _result_like)
@@ -155,25 +110,25 @@ def _read_crop_geometry(prof: dict, h: int, w: int) -> dict:
 
 
 def check_crop_shapes(got, ref) -> None:
-    for i, (g, r) in enumerate(zip(_items(got, ref), ref)):
-        _like(g, r, f"call {i + 1}")
+    for i, (g, r) in enumerate(zip(as_items(got, ref), ref)):
+        as_tensor_like(g, r, f"call {i + 1}")
 
 
 def check_crop_flip_rate(got, ref) -> None:
-    x, out = ref["x"], _like(_items(got, ref)[1], ref["out"], "crops")
+    x, out = ref["x"], as_tensor_like(as_items(got, ref)[1], ref["out"], "crops")
     same_ = (out - x).abs().amax(dim=(1, 2, 3)) < 1e-5
     mirrored = (out - x.flip(-1)).abs().amax(dim=(1, 2, 3)) < 1e-5
     if not bool((same_ | mirrored).all()):
         raise AssertionError("with a whole-image crop every output must be the image or its mirror image")
     k = int((mirrored & ~same_).sum())
-    if not _binomial_ok(k, len(x), 0.5):
+    if not within_binomial(k, len(x), 0.5):
         raise AssertionError(f"flip_p=0.5 flipped {k} of {len(x)} images: flip each image independently with "
                              "probability flip_p")
 
 
 def _profiles_like(got, ref, what) -> dict:
-    items = _items(got, ref)
-    return {k: _like(g, ref[k], f"{what} ({k} profile)") for k, g in zip(ref, items)}
+    items = as_items(got, ref)
+    return {k: as_tensor_like(g, ref[k], f"{what} ({k} profile)") for k, g in zip(ref, items)}
 
 
 def _geometry(got, ref, what):
@@ -211,7 +166,7 @@ def check_crop_log_aspect(got, ref) -> None:
     n = len(log_aspect)
     wide = int((log_aspect > 0).sum())
     se = math.log(16) / math.sqrt(12 * n)
-    if not _binomial_ok(wide, n, 0.5) or abs(float(log_aspect.mean())) > 5 * se:
+    if not within_binomial(wide, n, 0.5) or abs(float(log_aspect.mean())) > SIGMAS * se:
         raise AssertionError(f"ratio=(1/4, 4): {wide} of {n} crops are wider than tall (mean log aspect ratio "
                              f"{float(log_aspect.mean()):.3f}); a log-uniform aspect ratio gives half and 0")
     if float(log_aspect.min()) < math.log(0.25) - 0.05 or float(log_aspect.max()) > math.log(4) + 0.05:
@@ -223,11 +178,11 @@ def check_crop_flip_reverses(got, ref) -> None:
         raise AssertionError("flip_p=1: crops of a left-to-right ramp must run right to left")
 
 
-def check_independent(what):
+def expect_independent(what):
     def check(got, ref) -> None:
-        pairs = list(zip(_items(got, ref), ref)) if isinstance(ref, list) else [(got, ref)]
+        pairs = list(zip(as_items(got, ref), ref)) if isinstance(ref, list) else [(got, ref)]
         for i, (g, r) in enumerate(pairs):
-            _pairwise_distinct(_like(g, r, f"call {i + 1}"), what)
+            _pairwise_distinct(as_tensor_like(g, r, f"call {i + 1}"), what)
     return check
 
 
@@ -246,9 +201,9 @@ def _per_image_blend(out: torch.Tensor, x: torch.Tensor, anchor: torch.Tensor) -
     return f, float((d_out - f.view(-1, 1, 1, 1) * d_in).abs().max())
 
 
-def _factor_check(kind: str):
+def expect_blend_factor(kind: str):
     def check(got, ref) -> None:
-        x, out = ref["x"].double(), _like(_items(got, ref)[1], ref["out"], "output").double()
+        x, out = ref["x"].double(), as_tensor_like(as_items(got, ref)[1], ref["out"], "output").double()
         if kind == "brightness":
             anchor, rule = torch.zeros_like(x), "out = b x"
         elif kind == "contrast":
@@ -268,32 +223,32 @@ def _factor_check(kind: str):
 
 
 def check_colour_dtype_and_range(got, ref) -> None:
-    items = _items(got, ref)
+    items = as_items(got, ref)
     for i, (g, r) in enumerate(zip(items, ref)):
-        _like(g, r, f"call {i + 1}")
+        as_tensor_like(g, r, f"call {i + 1}")
     _in_unit_range(items[2], "strong jitter")
 
 
 def check_colour_jitter_rate(got, ref) -> None:
-    x, out = ref["x"], _like(_items(got, ref)[1], ref["out"], "output")
+    x, out = ref["x"], as_tensor_like(as_items(got, ref)[1], ref["out"], "output")
     k = int(((out - x).abs().amax(dim=(1, 2, 3)) > 1e-4).sum())
-    if not _binomial_ok(k, len(x), 0.5):
+    if not within_binomial(k, len(x), 0.5):
         raise AssertionError(f"jitter_p=0.5 changed {k} of {len(x)} images: jitter each image with probability "
                              "jitter_p")
 
 
 def check_colour_gray_rate(got, ref) -> None:
-    x, out = ref["x"], _like(_items(got, ref)[1], ref["out"], "output")
+    x, out = ref["x"], as_tensor_like(as_items(got, ref)[1], ref["out"], "output")
     is_gray = ((out[:, 0] - out[:, 1]).abs().amax(dim=(1, 2)) < 1e-5) & \
               ((out[:, 1] - out[:, 2]).abs().amax(dim=(1, 2)) < 1e-5)
     untouched = (out - x).abs().amax(dim=(1, 2, 3)) < 1e-5
     k = int(is_gray.sum())
-    if not bool((is_gray | untouched).all()) or not _binomial_ok(k, len(x), 0.3):
+    if not bool((is_gray | untouched).all()) or not within_binomial(k, len(x), 0.3):
         raise AssertionError(f"gray_p=0.3 turned {k} of {len(x)} images gray (and must leave the others alone)")
 
 
 def check_colour_hue(got, ref) -> None:
-    x, out = ref["x"], _like(_items(got, ref)[1], ref["out"], "output")
+    x, out = ref["x"], as_tensor_like(as_items(got, ref)[1], ref["out"], "output")
     half = x.shape[2] // 2  # the top half of every image is gray
     if float((out[:, :, :half] - x[:, :, :half]).abs().max()) > 1e-4:
         raise AssertionError("a hue shift changed gray pixels: rotate the colours around the gray axis")
@@ -304,61 +259,54 @@ def check_colour_hue(got, ref) -> None:
 
 # =============================================================================== augment_batch
 def check_augment_uint8(got, ref) -> None:
-    items = _items(got, ref)
+    items = as_items(got, ref)
     for i, (g, r) in enumerate(zip(items, ref)):
-        _in_unit_range(_like(g, r, f"call {i + 1}"), f"call {i + 1}")
+        _in_unit_range(as_tensor_like(g, r, f"call {i + 1}"), f"call {i + 1}")
 
 
 # =============================================================================== the training step
-def _loss_tensor(x, where: str) -> torch.Tensor:
-    t = _tensor(x, where, (), torch.float32)
-    if t.requires_grad:
-        raise AssertionError(f"{where}: the loss still carries its graph; return it detached")
-    return t
-
-
 def check_step_augment_calls(got, ref) -> None:
-    for i, step in enumerate(_items(got, ref)):
+    for i, step in enumerate(as_items(got, ref)):
         if not isinstance(step, dict) or step.get("augment_calls") != 2:
             calls = step.get("augment_calls") if isinstance(step, dict) else "?"
             raise AssertionError(f"step {i + 1} called augment {calls} times, expected 2 (one call per view)")
 
 
 def check_step_values(got, ref) -> None:
-    for i, (g, r) in enumerate(zip(_items(got, ref), ref)):
+    for i, (g, r) in enumerate(zip(as_items(got, ref), ref)):
         if not isinstance(g, dict):
-            raise AssertionError(f"step {i + 1}: it {_describe(g)}")
-        loss = _loss_tensor(g.get("loss"), f"step {i + 1}")
+            raise AssertionError(f"step {i + 1}: it {describe(g)}")
+        loss = as_detached_scalar(g.get("loss"), f"step {i + 1}")
         if abs(float(loss) - float(r["loss"])) > 1e-4 + 1e-4 * abs(float(r["loss"])):
             raise AssertionError(f"step {i + 1}: the loss is off by {abs(float(loss) - float(r['loss'])):.3g} "
                                  "(NT-Xent on the two halves of one batch of 2N)")
-        same(rtol=1e-4, atol=1e-5)(g.get("params"), r["params"], f"parameters after step {i + 1}")
+        expect_same(rtol=1e-4, atol=1e-5)(g.get("params"), r["params"], f"parameters after step {i + 1}")
 
 
 def check_step_batchnorm(got, ref) -> None:
-    for i, (g, r) in enumerate(zip(_items(got, ref), ref)):
+    for i, (g, r) in enumerate(zip(as_items(got, ref), ref)):
         if not isinstance(g, dict):
-            raise AssertionError(f"step {i + 1}: it {_describe(g)}")
-        same(rtol=1e-4, atol=1e-5)(g.get("running_mean"), r["running_mean"],
+            raise AssertionError(f"step {i + 1}: it {describe(g)}")
+        expect_same(rtol=1e-4, atol=1e-5)(g.get("running_mean"), r["running_mean"],
                                    f"BatchNorm running mean after step {i + 1}")
 
 
 def check_step_detached(got, ref) -> None:
-    _loss_tensor(got, "the returned loss")
+    as_detached_scalar(got, "the returned loss")
 
 
 def check_step_default_augment(got, ref) -> None:
     if not isinstance(got, dict) or got.get("augment_calls") != 2:
         raise AssertionError("with augment=None the step must call the given simclr_augment (twice, once per view)")
-    loss = _loss_tensor(got.get("loss"), "the returned loss")
+    loss = as_detached_scalar(got.get("loss"), "the returned loss")
     if abs(float(loss) - float(ref["loss"])) > 1e-4 + 1e-4 * abs(float(ref["loss"])):
         raise AssertionError("with augment=None the loss is not that of two simclr_augment views")
-    same(rtol=1e-4, atol=1e-5)(got.get("params"), ref["params"], "parameters after the step")
+    expect_same(rtol=1e-4, atol=1e-5)(got.get("params"), ref["params"], "parameters after the step")
 
 
 def check_step_bf16(got, ref) -> None:
-    loss, changed, head_dtypes = _items(got, ref)
-    _loss_tensor(loss, "the loss under autocast_dtype=torch.bfloat16")
+    loss, changed, head_dtypes = as_items(got, ref)
+    as_detached_scalar(loss, "the loss under autocast_dtype=torch.bfloat16")
     if changed is not True:
         raise AssertionError("with autocast_dtype=torch.bfloat16 the step did not change the parameters")
     if head_dtypes != ["torch.bfloat16"]:
@@ -369,7 +317,7 @@ def check_step_bf16(got, ref) -> None:
 def check_step_generator(got, ref) -> None:
     """Steps from the same start with generators seeded s, s, s + 1 (an augmentation that draws from the
     generator it gets): the same loss twice, then another."""
-    a, b, c = (_like(t, r, f"step {i + 1}") for i, (t, r) in enumerate(zip(_items(got, ref), ref)))
+    a, b, c = (as_tensor_like(t, r, f"step {i + 1}") for i, (t, r) in enumerate(zip(as_items(got, ref), ref)))
     if not torch.equal(a, b):
         raise AssertionError("two steps from the same start with equally seeded generators gave different losses: "
                              "call augment(images, generator) with the given generator")
@@ -381,27 +329,27 @@ def check_step_generator(got, ref) -> None:
 # =============================================================================== probe and kNN
 def _accuracy(x, where: str) -> float:
     if type(x) is not float:
-        raise AssertionError(f"{where}: expected a Python float, but it {_describe(x)}")
+        raise AssertionError(f"{where}: expected a Python float, but it {describe(x)}")
     if not 0 <= x <= 1:
         raise AssertionError(f"{where}: {x} is not a fraction in [0, 1]")
     return x
 
 
 def check_probe_accuracy(got, ref) -> None:
-    for i, (g, r) in enumerate(zip(_items(got, ref), ref)):
+    for i, (g, r) in enumerate(zip(as_items(got, ref), ref)):
         acc = _accuracy(g, f"call {i + 1}")
         if acc < r - 0.05:
             raise AssertionError(f"call {i + 1}: the accuracy is {r - acc:.3f} below what a converged probe reaches")
 
 
 def check_probe_deterministic(got, ref) -> None:
-    accs = [_accuracy(g, f"call {i + 1}") for i, g in enumerate(_items(got, ref))]
+    accs = [_accuracy(g, f"call {i + 1}") for i, g in enumerate(as_items(got, ref))]
     if len(set(accs)) != 1:
         raise AssertionError(f"{len(accs)} calls with the same seed gave different accuracies")
 
 
 def check_probe_standardises(got, ref) -> None:
-    _, scaled = _items(got, ref)
+    _, scaled = as_items(got, ref)
     acc = _accuracy(scaled, "rescaled features")
     if acc < ref[1] - 0.05:
         raise AssertionError(f"with features scaled by 1e-2..1e3 and shifted by 500 the accuracy drops by "
@@ -409,7 +357,7 @@ def check_probe_standardises(got, ref) -> None:
 
 
 def check_probe_test_set_unused(got, ref) -> None:
-    honest, wrong = (_accuracy(g, f"call {i + 1}") for i, g in enumerate(_items(got, ref)))
+    honest, wrong = (_accuracy(g, f"call {i + 1}") for i, g in enumerate(as_items(got, ref)))
     if honest < ref[0] - 0.05:
         raise AssertionError(f"accuracy {honest:.3f} on well-separated classes")
     if wrong > 1 - honest + 0.05:
@@ -418,13 +366,13 @@ def check_probe_test_set_unused(got, ref) -> None:
 
 
 def check_probe_inputs_unchanged(got, ref) -> None:
-    after, before = _items(got, ref)
+    after, before = as_items(got, ref)
     if not isinstance(after, torch.Tensor) or not torch.equal(after, before):
         raise AssertionError("linear_probe_accuracy changed the caller's features")
 
 
 def check_knn_values(got, ref) -> None:
-    for i, (g, r) in enumerate(zip(_items(got, ref), ref)):
+    for i, (g, r) in enumerate(zip(as_items(got, ref), ref)):
         if isinstance(r, Raised):
             raise AssertionError("reference failed")
         acc = _accuracy(g, f"call {i + 1}")
@@ -436,9 +384,9 @@ def check_knn_values(got, ref) -> None:
 
 # What each comparator checks about the draws of a function that takes a generator
 # (tests/test_judge_gates.py).
-_reproducible.draws = ("same seed", "other seed")
+check_reproducible.draws = ("same seed", "other seed")
 check_step_generator.draws = ("same seed", "other seed")
-global_state_untouched.draws = ("global state",)
+check_global_state_untouched.draws = ("global state",)
 
 # Weights are shares, not points: a comment "name: the test cell's N points" gives the points of the test
 # cell the cases under it belong to, and a case earns its weight's share of them (grader/judge.py: points x
@@ -449,7 +397,7 @@ CASES = [
          check_crop_shapes),
     Case("test_random_resized_crop_flip", "crop_identity_and_mirror",
          "scale=(1, 1), ratio=(1, 1): the image itself (flip_p=0) or its mirror image (flip_p=1)",
-         same(rtol=0, atol=1e-5)),
+         expect_same(rtol=0, atol=1e-5)),
     Case("test_random_resized_crop_flip", "crop_flip_rate", "each image flipped left-right with probability flip_p",
          check_crop_flip_rate),
     Case("test_random_resized_crop_flip", "crop_geometry",
@@ -459,28 +407,28 @@ CASES = [
     Case("test_random_resized_crop_flip", "crop_flip_reverses", "a flip mirrors the crop left-right",
          check_crop_flip_reverses),
     Case("test_random_resized_crop_flip", "crop_independent", "independent crop parameters for every image",
-         check_independent("random_resized_crop_flip")),
+         expect_independent("random_resized_crop_flip")),
     Case("test_random_resized_crop_flip", "crop_generator", "all random numbers drawn with `generator`",
-         _reproducible),
+         check_reproducible),
     Case("test_random_resized_crop_flip", "crop_global_state",
          "all random numbers drawn with `generator`, never with Python's `random`: the global random states are "
-         "left alone", global_state_untouched, requires=("crop_identity_and_mirror", "crop_geometry")),
+         "left alone", check_global_state_untouched, requires=("crop_identity_and_mirror", "crop_geometry")),
     Case("test_random_resized_crop_flip", "crop_rejects",
-         "a ValueError for anything but a floating-point [N, 3, H, W] tensor", raises("ValueError"),
+         "a ValueError for anything but a floating-point [N, 3, H, W] tensor", expect_raises("ValueError"),
          requires=("crop_identity_and_mirror", "crop_geometry")),
     # colour_distort (extension): the test cell's 4 points, shared by the weights below
     Case("test_colour_distort", "colour_dtype_and_range", "float [N, 3, H, W] in [0, 1], same dtype",
          check_colour_dtype_and_range),
     Case("test_colour_distort", "colour_identity", "no jitter and no grayscale (or zero strengths): the images",
-         same(rtol=0, atol=1e-5)),
+         expect_same(rtol=0, atol=1e-5)),
     Case("test_colour_distort", "colour_grayscale", "grayscale g = 0.299 R + 0.587 G + 0.114 B in all three channels",
-         same(rtol=0, atol=1e-5)),
+         expect_same(rtol=0, atol=1e-5)),
     Case("test_colour_distort", "colour_brightness", "brightness x <- b x, b ~ U(1 - beta, 1 + beta) per image",
-         _factor_check("brightness")),
+         expect_blend_factor("brightness")),
     Case("test_colour_distort", "colour_contrast", "contrast x <- c x + (1 - c) mean gray, c per image",
-         _factor_check("contrast")),
+         expect_blend_factor("contrast")),
     Case("test_colour_distort", "colour_saturation", "saturation x <- s x + (1 - s) g, s per image",
-         _factor_check("saturation")),
+         expect_blend_factor("saturation")),
     Case("test_colour_distort", "colour_jitter_rate", "jitter each image with probability jitter_p",
          check_colour_jitter_rate),
     Case("test_colour_distort", "colour_gray_rate", "grayscale each image with probability gray_p",
@@ -488,50 +436,51 @@ CASES = [
     Case("test_colour_distort", "colour_hue", "a hue shift rotates colours around the gray axis (grays stay gray)",
          check_colour_hue),
     Case("test_colour_distort", "colour_independent", "independent factors for every image",
-         check_independent("colour_distort")),
-    Case("test_colour_distort", "colour_generator", "all random numbers drawn with `generator`", _reproducible),
+         expect_independent("colour_distort")),
+    Case("test_colour_distort", "colour_generator", "all random numbers drawn with `generator`", check_reproducible),
     Case("test_colour_distort", "colour_global_state",
          "all random numbers drawn with `generator`: the global random states are left alone",
-         global_state_untouched, requires=("colour_brightness", "colour_grayscale")),
+         check_global_state_untouched, requires=("colour_brightness", "colour_grayscale")),
     # augment_batch (extension; given, built on the two functions above):
     # the test cell's 2 points, shared by the weights below
     Case("test_augment_batch", "augment_uint8", "uint8 images give float32 [N, 3, size, size] views in [0, 1]",
          check_augment_uint8),
     Case("test_augment_batch", "augment_independent", "every copy of an image gets its own view",
-         check_independent("augment_batch")),
+         expect_independent("augment_batch")),
     Case("test_augment_batch", "augment_all_off", "every augmentation off: the images scaled to [0, 1]",
-         same(rtol=0, atol=1e-5)),
+         expect_same(rtol=0, atol=1e-5)),
     Case("test_augment_batch", "augment_generator",
          "all random numbers drawn with `generator` (through both functions): the same seed gives the same views, "
-         "another seed others", _reproducible),
+         "another seed others", check_reproducible),
     Case("test_augment_batch", "augment_global_state",
          "all random numbers drawn with `generator`: the global random states are left alone",
-         global_state_untouched, requires=("augment_uint8", "augment_all_off")),
+         check_global_state_untouched, requires=("augment_uint8", "augment_all_off")),
     # nt_xent_loss_loop: the test cell's 2 points, shared by the weights below
     Case("test_nt_xent_loss_loop", "nt_xent_loop_float64",
          "mean over the 2N anchors of l_i, every k != i in the denominator (float64 in, float64 0-dim out)",
-         same(rtol=1e-7, atol=1e-8), weight=2),
+         expect_same(rtol=1e-7, atol=1e-8), weight=2),
     Case("test_nt_xent_loss_loop", "nt_xent_loop_float32", "the input's dtype kept (float32)",
-         same(rtol=2e-4, atol=1e-4)),
+         expect_same(rtol=2e-4, atol=1e-4)),
     Case("test_nt_xent_loss_loop", "nt_xent_loop_gradient", "torch operations: differentiable",
-         same(rtol=1e-6, atol=1e-9)),
+         expect_same(rtol=1e-6, atol=1e-9)),
     # nt_xent_loss: the test cell's 4 points, shared by the weights below
     Case("test_nt_xent_loss", "nt_xent_float64", "mean NT-Xent over the 2N views (float64 in, float64 0-dim out)",
-         same(rtol=1e-7, atol=1e-8), weight=2),
-    Case("test_nt_xent_loss", "nt_xent_float32", "the input's dtype kept (float32)", same(rtol=2e-4, atol=1e-4)),
+         expect_same(rtol=1e-7, atol=1e-8), weight=2),
+    Case("test_nt_xent_loss", "nt_xent_float32", "the input's dtype kept (float32)", expect_same(rtol=2e-4, atol=1e-4)),
     Case("test_nt_xent_loss", "nt_xent_gradient", "differentiable: the gradient a training step needs",
-         same(rtol=1e-6, atol=1e-9)),
+         expect_same(rtol=1e-6, atol=1e-9)),
     Case("test_nt_xent_loss", "nt_xent_rejects_shapes", "a ValueError unless z1 and z2 are two [N, d] of one shape",
-         raises("ValueError"), requires=("nt_xent_float64", "nt_xent_float32")),
+         expect_raises("ValueError"), requires=("nt_xent_float64", "nt_xent_float32")),
     Case("test_nt_xent_loss", "nt_xent_rejects_temperature", "a ValueError for a temperature that is not positive",
-         raises("ValueError"), requires=("nt_xent_float64", "nt_xent_float32")),
+         expect_raises("ValueError"), requires=("nt_xent_float64", "nt_xent_float32")),
     # ProjectionHead: the test cell's 2 points, shared by the weights below
     Case("test_projection_head", "head_values",
          "output of Linear -> BatchNorm1d -> ReLU -> Linear (with known weights, train mode)",
-         same(rtol=1e-4, atol=1e-4), weight=2),
+         expect_same(rtol=1e-4, atol=1e-4), weight=2),
     Case("test_projection_head", "head_gradients", "gradients flow to the input and both Linear layers",
-         same(rtol=1e-3, atol=1e-4)),
-    Case("test_projection_head", "head_defaults", "defaults hidden_dim=1024, out_dim=128", same(rtol=1e-4, atol=1e-4)),
+         expect_same(rtol=1e-3, atol=1e-4)),
+    Case("test_projection_head", "head_defaults", "defaults hidden_dim=1024, out_dim=128",
+         expect_same(rtol=1e-4, atol=1e-4)),
     # simclr_train_step: the test cell's 3 points, shared by the weights below
     Case("test_simclr_train_step", "train_step_two_steps", "augment called twice, once per view", check_step_augment_calls),
     Case("test_simclr_train_step", "train_step_two_steps",
@@ -551,7 +500,7 @@ CASES = [
          check_step_generator),
     Case("test_simclr_train_step", "train_step_global_state",
          "augment called as augment(images, generator): the global random states are left alone",
-         global_state_untouched, requires=("train_step_default_augment", "train_step_two_steps")),
+         check_global_state_untouched, requires=("train_step_default_augment", "train_step_two_steps")),
     # linear_probe_accuracy: the test cell's 3 points, shared by the weights below
     Case("test_linear_probe_accuracy", "probe_accuracy", "a Python float: the accuracy of a trained linear probe",
          check_probe_accuracy, weight=2),
@@ -564,12 +513,13 @@ CASES = [
     Case("test_linear_probe_accuracy", "probe_inputs_unchanged", "the caller's tensors are left unchanged",
          check_probe_inputs_unchanged),
     Case("test_linear_probe_accuracy", "probe_rejects", "a ValueError for features and labels of inconsistent shapes",
-         raises("ValueError"), requires=("probe_accuracy", "probe_standardises")),
+         expect_raises("ValueError"), requires=("probe_accuracy", "probe_standardises")),
     # knn_accuracy: the test cell's 3 points, shared by the weights below
     Case("test_knn_accuracy", "knn_values", "cosine kNN majority vote, ties to the smallest class id (a Python float)",
          check_knn_values, weight=2),
     Case("test_knn_accuracy", "knn_chunked", "the result does not depend on batch_size", check_knn_values),
-    Case("test_knn_accuracy", "knn_rejects_k", "a ValueError when k is not between 1 and N", raises("ValueError"),
+    Case("test_knn_accuracy", "knn_rejects_k", "a ValueError when k is not between 1 and N",
+         expect_raises("ValueError"),
          requires=("knn_values", "knn_chunked")),
 ]
 

@@ -12,12 +12,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 
-from grader.evidence import Opaque, Raised, TooLarge
+from grader.compare import as_dict, as_real, describe, expect_raises
+from grader.evidence import Raised
 from grader.judge import Case
-
-from ._common import _describe, raises
 
 #: Totals from float32 logits agree to about 2e-7 (relative) between batchings, float64 sums and
 #: full log-softmax (measured on the honest variants); the window mutants move them by 3e-4 or more.
@@ -25,19 +23,6 @@ LOGLIK_RTOL = 2e-5
 
 
 # ------------------------------------------------------------------------------ helpers
-def _real(x, where: str) -> float:
-    """A real number from a Python int or float or a NumPy scalar (never a tensor or a bool)."""
-    if isinstance(x, bool) or isinstance(x, (Raised, TooLarge, Opaque)):
-        raise AssertionError(f"{where}: expected a Python number, but it {_describe(x)}")
-    if isinstance(x, (int, float)):
-        return float(x)
-    if isinstance(x, np.ndarray) and x.shape == () and x.dtype.kind in "fiu":
-        return float(x)
-    if isinstance(x, torch.Tensor):
-        raise AssertionError(f"{where}: expected a Python number, not a tensor (use .item())")
-    raise AssertionError(f"{where}: expected a Python number, but it {_describe(x)}")
-
-
 def _close(value: float, expected: float, rtol: float, where: str, atol: float = 0.0) -> None:
     if not math.isfinite(value) and value != expected:
         raise AssertionError(f"{where} is {value} (not finite)")
@@ -51,32 +36,22 @@ def _the_raise(got, where: str = "the call") -> None:
         raise AssertionError(f"{where} raised {got}")
 
 
-def _result_dict(got, keys) -> dict:
-    _the_raise(got)
-    if not isinstance(got, dict):
-        raise AssertionError(f"expected a dict, but it {_describe(got)}")
-    missing = sorted(set(keys) - set(got))
-    if missing:
-        raise AssertionError(f"the dict lacks the keys {missing}")
-    return got
-
-
 # ------------------------------------------------------------------------------ count_parameters
 def _int_pair(got, where: str) -> tuple[int, int]:
     _the_raise(got, where)
     if not isinstance(got, (tuple, list)) or len(got) != 2:
-        raise AssertionError(f"{where}: return a tuple (total, non_embedding), but it {_describe(got)}")
+        raise AssertionError(f"{where}: return a tuple (total, non_embedding), but it {describe(got)}")
     for name, value in zip(("total", "non_embedding"), got):
         if type(value) is not int:
-            raise AssertionError(f"{where}: {name} must be a Python int, but it {_describe(value)}")
+            raise AssertionError(f"{where}: {name} must be a Python int, but it {describe(value)}")
     return tuple(got)
 
 
-def counts(got, ref) -> None:
+def check_counts(got, ref) -> None:
     """(total, non_embedding) as Python ints, exactly the solution's; one pair or a list of pairs."""
     pairs = list(zip(got, ref)) if isinstance(ref, list) else [(got, ref)]
     if isinstance(ref, list) and (not isinstance(got, list) or len(got) != len(ref)):
-        raise AssertionError(f"expected {len(ref)} results, but it {_describe(got)}")
+        raise AssertionError(f"expected {len(ref)} results, but it {describe(got)}")
     for i, (g, r) in enumerate(pairs):
         where = f"call {i + 1}" if len(pairs) > 1 else "the call"
         pair = _int_pair(g, where)
@@ -91,22 +66,22 @@ def counts(got, ref) -> None:
 _KEYS = ("loglikelihood", "tokens", "words", "bytes", "nll_per_token", "bits_per_byte", "word_perplexity")
 
 
-def loglikelihood(got, ref) -> None:
+def check_loglikelihood(got, ref) -> None:
     """The total log-likelihood (within 1e-4, relative) and the token count (exact)."""
-    res = _result_dict(got, _KEYS)
-    tokens = _real(res["tokens"], "tokens")
+    res = as_dict(got, _KEYS)
+    tokens = as_real(res["tokens"], "tokens")
     if tokens != ref["tokens"]:
         raise AssertionError(f"tokens is off by {tokens - ref['tokens']:+g} (every token of every document, the "
                              "first one included, no special tokens added)")
-    _close(_real(res["loglikelihood"], "loglikelihood"), ref["loglikelihood"], LOGLIK_RTOL,
+    _close(as_real(res["loglikelihood"], "loglikelihood"), ref["loglikelihood"], LOGLIK_RTOL,
            "the total log-likelihood")
 
 
-def counts_and_metrics(got, ref) -> None:
+def check_counts_and_metrics(got, ref) -> None:
     """words and bytes exactly the solution's; the three metrics from the student's own total."""
-    res = _result_dict(got, _KEYS)
-    ll, tokens = _real(res["loglikelihood"], "loglikelihood"), _real(res["tokens"], "tokens")
-    words, n_bytes = _real(res["words"], "words"), _real(res["bytes"], "bytes")
+    res = as_dict(got, _KEYS)
+    ll, tokens = as_real(res["loglikelihood"], "loglikelihood"), as_real(res["tokens"], "tokens")
+    words, n_bytes = as_real(res["words"], "words"), as_real(res["bytes"], "bytes")
     if words != ref["words"]:
         raise AssertionError(f"words is off by {words - ref['words']:+g} (len(re.split(r'\\s+', text)) per text)")
     if n_bytes != ref["bytes"]:
@@ -115,42 +90,42 @@ def counts_and_metrics(got, ref) -> None:
         raise AssertionError("the log-likelihood must be negative and tokens positive")
     derived = {"nll_per_token": -ll / tokens, "bits_per_byte": -ll / (n_bytes * math.log(2))}
     for key, value in derived.items():
-        _close(_real(res[key], key), value, 1e-5, f"{key} (from your own total and counts)")
-    ppl = _real(res["word_perplexity"], "word_perplexity")  # compared in logs: exp(large) amplifies rounding
+        _close(as_real(res[key], key), value, 1e-5, f"{key} (from your own total and counts)")
+    ppl = as_real(res["word_perplexity"], "word_perplexity")  # compared in logs: exp(large) amplifies rounding
     _close(math.log(ppl) if ppl > 0 else -math.inf, -ll / words, 1e-5,
            "the log of word_perplexity (from your own total and counts)")
 
 
-def words_bytes_loglik(got, ref) -> None:
+def check_words_bytes_loglik(got, ref) -> None:
     """Words and bytes of the original texts, and the same total log-likelihood at batch_size=1."""
-    res = _result_dict(got, _KEYS)
-    words, n_bytes = _real(res["words"], "words"), _real(res["bytes"], "bytes")
+    res = as_dict(got, _KEYS)
+    words, n_bytes = as_real(res["words"], "words"), as_real(res["bytes"], "bytes")
     if (words, n_bytes) != (ref["words"], ref["bytes"]):
         raise AssertionError(f"words, bytes are off by {words - ref['words']:+g}, {n_bytes - ref['bytes']:+g} "
                              "(count them on original_documents, bytes in UTF-8)")
-    _close(_real(res["loglikelihood"], "loglikelihood"), ref["loglikelihood"], LOGLIK_RTOL,
+    _close(as_real(res["loglikelihood"], "loglikelihood"), ref["loglikelihood"], LOGLIK_RTOL,
            "the total log-likelihood at batch_size=1")
 
 
 # ------------------------------------------------------------------------------ tokens_seen, training_compute
-def python_ints(got, ref) -> None:
+def check_python_ints(got, ref) -> None:
     for i, (g, r) in enumerate(zip(got, ref)):
         _the_raise(g, f"call {i + 1}")
         if type(g) is not int:
-            raise AssertionError(f"call {i + 1}: expected a Python int, but it {_describe(g)}")
+            raise AssertionError(f"call {i + 1}: expected a Python int, but it {describe(g)}")
         if g != r:
             raise AssertionError(f"call {i + 1}: off by {g - r:+,} tokens")
 
 
-def arrays(dtype: str, rtol: float):
+def expect_arrays(dtype: str, rtol: float):
     def check(got, ref) -> None:
         if not isinstance(got, list) or len(got) != len(ref):
-            raise AssertionError(f"expected {len(ref)} results, but it {_describe(got)}")
+            raise AssertionError(f"expected {len(ref)} results, but it {describe(got)}")
         for i, (g, r) in enumerate(zip(got, ref)):
             where = f"call {i + 1}"
             _the_raise(g, where)
             if not isinstance(g, np.ndarray):
-                raise AssertionError(f"{where}: expected a NumPy array, but it {_describe(g)}")
+                raise AssertionError(f"{where}: expected a NumPy array, but it {describe(g)}")
             if g.shape != r.shape:
                 raise AssertionError(f"{where}: shape {g.shape}, expected {r.shape}")
             if str(g.dtype) != dtype:
@@ -162,14 +137,14 @@ def arrays(dtype: str, rtol: float):
     return check
 
 
-def python_floats(got, ref) -> None:
+def check_python_floats(got, ref) -> None:
     """[value, isinstance(value, float)] per call: a float (Python or NumPy float64), 6 N D."""
     for i, ((g, is_float), (r, _)) in enumerate(zip(got, ref)):
         where = f"call {i + 1}"
         _the_raise(g, where)
         if is_float is not True:
-            raise AssertionError(f"{where}: expected a float, but it {_describe(g)}")
-        _close(_real(g, where), r, 1e-12, where)
+            raise AssertionError(f"{where}: expected a float, but it {describe(g)}")
+        _close(as_real(g, where), r, 1e-12, where)
 
 
 # ------------------------------------------------------------------------------ fit_power_law
@@ -177,17 +152,17 @@ _FIT_KEYS = ("alpha", "N_c", "E", "alpha_err", "N_c_err", "E_err")
 
 
 def _fit(got) -> dict:
-    res = _result_dict(got, _FIT_KEYS)
+    res = as_dict(got, _FIT_KEYS)
     out = {}
     for k in _FIT_KEYS:
-        v = _real(res[k], k)
+        v = as_real(res[k], k)
         if not math.isfinite(v):
             raise AssertionError(f"{k} is {v} (not finite)")
         out[k] = v
     return out
 
 
-def pure_fit(got, ref) -> None:
+def check_pure_fit(got, ref) -> None:
     fit = _fit(got)
     for k in ("alpha", "N_c", "alpha_err", "N_c_err"):
         _close(fit[k], ref[k], 1e-5, k)
@@ -195,7 +170,7 @@ def pure_fit(got, ref) -> None:
         raise AssertionError("E must be 0 for the pure power law")
 
 
-def irreducible_fit(got, ref) -> None:
+def check_irreducible_fit(got, ref) -> None:
     fit = _fit(got)
     _close(fit["alpha"], ref["alpha"], 1e-3, "alpha")
     _close(fit["E"], ref["E"], 1e-4, "E")
@@ -211,47 +186,49 @@ CASES = [
     # count_parameters: the test cell's 2 points, shared by the weights below
     Case("test_count_parameters", "count_config",
          "(total, non_embedding) as Python ints from a config, embeddings and unembedding excluded, a tied matrix "
-         "once", counts, weight=3),
-    Case("test_count_parameters", "count_model", "the same counts from a model", counts, weight=2),
-    Case("test_count_parameters", "count_pythia_config", "a Pythia configuration (meta device, no weights)", counts),
+         "once", check_counts, weight=3),
+    Case("test_count_parameters", "count_model", "the same counts from a model", check_counts, weight=2),
+    Case("test_count_parameters", "count_pythia_config", "a Pythia configuration (meta device, no weights)",
+         check_counts),
     Case("test_count_parameters", "count_rejects_non_model", "a TypeError for anything that is neither a model nor "
-         "a config", raises("TypeError", "ValueError"), requires=("count_config", "count_model")),
+         "a config", expect_raises("TypeError", "ValueError"), requires=("count_config", "count_model")),
     # evaluate_loss: the test cell's 4 points, shared by the weights below
     Case("test_evaluate_loss", "eval_windows",
          "total log-likelihood and tokens: end-of-text before each document, disjoint windows of max_length "
-         "targets, each fed the max_length tokens before its last target", loglikelihood, weight=4),
+         "targets, each fed the max_length tokens before its last target", check_loglikelihood, weight=4),
     Case("test_evaluate_loss", "eval_metrics",
          "words (re.split on whitespace) and UTF-8 bytes; nll_per_token in nats, bits_per_byte and word_perplexity "
-         "from the total", counts_and_metrics, weight=2),
+         "from the total", check_counts_and_metrics, weight=2),
     Case("test_evaluate_loss", "eval_original_documents",
          "words and bytes counted on original_documents; the batch size does not change the result",
-         words_bytes_loglik, weight=2),
+         check_words_bytes_loglik, weight=2),
     Case("test_evaluate_loss", "eval_max_length", "a single string scored with a max_length shorter than the "
-         "model's", loglikelihood),
+         "model's", check_loglikelihood),
     Case("test_evaluate_loss", "eval_rejects_empty", "a ValueError when there is nothing to score",
-         raises("ValueError"), requires=("eval_windows", "eval_metrics")),
+         expect_raises("ValueError"), requires=("eval_windows", "eval_metrics")),
     Case("test_evaluate_loss", "eval_rejects_no_config", "a TypeError for a model without a .config",
-         raises("TypeError", "ValueError"), requires=("eval_windows", "eval_metrics")),
+         expect_raises("TypeError", "ValueError"), requires=("eval_windows", "eval_metrics")),
     # tokens_seen and training_compute: the test cell's 1 point, shared by the weights below
     Case("test_bookkeeping", "tokens_seen_scalar", "tokens_seen(step) = step x tokens_per_step as an int",
-         python_ints),
+         check_python_ints),
     Case("test_bookkeeping", "tokens_seen_array", "tokens_seen on an array: an int64 array (Pythia's steps overflow "
-         "int32)", arrays("int64", 0.0)),
+         "int32)", expect_arrays("int64", 0.0)),
     Case("test_bookkeeping", "tokens_seen_rejects_negative",
          "a ValueError for a negative step or a tokens_per_step that is not positive",
-         raises("ValueError"), requires=("tokens_seen_scalar", "tokens_seen_array")),
-    Case("test_bookkeeping", "compute_scalar", "training_compute(N, D) = 6 N D FLOPs as a float", python_floats),
+         expect_raises("ValueError"), requires=("tokens_seen_scalar", "tokens_seen_array")),
+    Case("test_bookkeeping", "compute_scalar", "training_compute(N, D) = 6 N D FLOPs as a float", check_python_floats),
     Case("test_bookkeeping", "compute_array", "training_compute on arrays (broadcast): a float64 array, no int64 "
-         "overflow at pythia-12b's 6 N D", arrays("float64", 1e-12)),
+         "overflow at pythia-12b's 6 N D", expect_arrays("float64", 1e-12)),
     # fit_power_law: the test cell's 2 points, shared by the weights below
     Case("test_fit_power_law", "fit_pure",
          "pure power law: least squares of log L on log N, standard errors from s^2 (X^T X)^-1 with "
-         "s^2 = RSS/(n-2), N_c's by the delta method, E = 0; Python floats", pure_fit, weight=2),
+         "s^2 = RSS/(n-2), N_c's by the delta method, E = 0; Python floats", check_pure_fit, weight=2),
     Case("test_fit_power_law", "fit_irreducible",
-         "L = E + (N_c/N)^alpha by curve_fit on L, standard errors from its covariance", irreducible_fit, weight=2),
+         "L = E + (N_c/N)^alpha by curve_fit on L, standard errors from its covariance", check_irreducible_fit,
+         weight=2),
     Case("test_fit_power_law", "fit_rejects_bad_input",
          "a ValueError for mismatched lengths, non-positive values, or fewer than 3 (4 with irreducible) points",
-         raises("ValueError"), requires=("fit_pure", "fit_irreducible")),
+         expect_raises("ValueError"), requires=("fit_pure", "fit_irreducible")),
 ]
 
 
@@ -260,12 +237,12 @@ _PRED_KEYS = ("N", "L_pred", "L_low", "L_high")
 
 
 def _float_arrays(got, ref) -> dict:
-    _result_dict(got, _PRED_KEYS)
+    as_dict(got, _PRED_KEYS)
     out = {}
     for k in _PRED_KEYS:
         g = got[k]
         if not isinstance(g, np.ndarray) or g.dtype.kind != "f":
-            raise AssertionError(f"{k}: expected a float NumPy array, but it {_describe(g)}")
+            raise AssertionError(f"{k}: expected a float NumPy array, but it {describe(g)}")
         if g.shape != ref[k].shape:
             raise AssertionError(f"{k}: shape {g.shape}, expected {ref[k].shape} (one value per held-out model)")
         if not np.all(np.isfinite(g)):
@@ -293,12 +270,12 @@ def _band_part(got: dict, ref: dict) -> None:
         _all_close(width, expected, 1e-4, f"the band's half-width ln({key} / L_pred)")
 
 
-def prediction(got, ref) -> None:
+def check_prediction(got, ref) -> None:
     """The held-out sizes in increasing N and the prediction of the fit on the smallest models."""
     _prediction_part(_float_arrays(got, ref), ref)
 
 
-def band(got, ref) -> None:
+def check_band(got, ref) -> None:
     """The band L_pred exp(-+ z s) with s = alpha_err sqrt(mean((x - x_bar)^2) + (x0 - x_bar)^2)."""
     got = _float_arrays(got, ref)
     _prediction_part(got, ref)
@@ -321,7 +298,7 @@ def _numeric_optimum(params: dict, C: float) -> float:
 
 
 def _split(n, d, params: dict, C: float, ref_n: float, where: str) -> None:
-    n, d = _real(n, f"{where}: N_opt"), _real(d, f"{where}: D_opt")
+    n, d = as_real(n, f"{where}: N_opt"), as_real(d, f"{where}: D_opt")
     if not (n > 0 and d > 0):
         raise AssertionError(f"{where}: N_opt and D_opt must be positive, got {n:.3g} and {d:.3g}")
     _close(6 * n * d, C, 1e-9, f"{where}: 6 N_opt D_opt (must be the budget)")
@@ -329,31 +306,31 @@ def _split(n, d, params: dict, C: float, ref_n: float, where: str) -> None:
     _close(n, ref_n, 1e-6, f"{where}: N_opt")
 
 
-def optimal_floats(got, ref) -> None:
+def check_optimal_floats(got, ref) -> None:
     """(N_opt, D_opt) as floats for a number: 6 N D = C, N_opt the numeric minimiser of L(N, C / 6N)."""
     _the_raise(got)
     if not isinstance(got, dict) or "answers" not in got:
-        raise AssertionError(f"the probe got no answers: it {_describe(got)}")
+        raise AssertionError(f"the probe got no answers: it {describe(got)}")
     for i, (answer, C, (ref_n, _, _)) in enumerate(zip(got["answers"], ref["C"], ref["answers"])):
         where = f"call {i + 1}"
         n, d, are_floats = answer
         _the_raise(n, where)
         if are_floats is not True:
-            raise AssertionError(f"{where}: return two floats for a number, but it {_describe(n)}")
+            raise AssertionError(f"{where}: return two floats for a number, but it {describe(n)}")
         _split(n, d, ref["params"], C, ref_n, where)
 
 
-def optimal_arrays(got, ref) -> None:
+def check_optimal_arrays(got, ref) -> None:
     """(N_opt, D_opt) as float64 arrays for an array of budgets, each the optimum of its budget."""
     _the_raise(got)
     answer = got.get("answer") if isinstance(got, dict) else got
     _the_raise(answer)
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise AssertionError(f"return a pair (N_opt, D_opt), but it {_describe(answer)}")
+        raise AssertionError(f"return a pair (N_opt, D_opt), but it {describe(answer)}")
     C, (ref_n, _) = ref["C"], ref["answer"]
     for name, arr in zip(("N_opt", "D_opt"), answer):
         if not isinstance(arr, np.ndarray) or arr.dtype != np.float64 or arr.shape != C.shape:
-            raise AssertionError(f"{name}: expected a float64 array of shape {C.shape}, but it {_describe(arr)}"
+            raise AssertionError(f"{name}: expected a float64 array of shape {C.shape}, but it {describe(arr)}"
                                  + (f" of dtype {arr.dtype}, shape {arr.shape}" if isinstance(arr, np.ndarray) else ""))
     for i in range(C.size):
         _split(answer[0][i], answer[1][i], ref["params"], float(C[i]), float(ref_n[i]), f"budget {i + 1}")
@@ -363,22 +340,22 @@ CASES += [
     # predict_held_out: the test cell's 3 points, shared by the weights below
     Case("test_predict_held_out", "predict_values",
          "the held-out sizes in increasing N, predicted by the pure power law fitted (with fit_power_law) on the "
-         "n_fit smallest models; float NumPy arrays", prediction, weight=2),
+         "n_fit smallest models; float NumPy arrays", check_prediction, weight=2),
     Case("test_predict_held_out", "predict_band",
          "the band L_pred exp(-+ z s), s = alpha_err sqrt(mean((x - x_bar)^2) + (x0 - x_bar)^2) over the fitted "
-         "ln N", band, weight=2),
-    Case("test_predict_held_out", "predict_z", "lists as input and another z", band),
+         "ln N", check_band, weight=2),
+    Case("test_predict_held_out", "predict_z", "lists as input and another z", check_band),
     Case("test_predict_held_out", "predict_rejects_bad_split",
-         "a ValueError when n_fit < 3 or nothing is held out", raises("ValueError"),
+         "a ValueError when n_fit < 3 or nothing is held out", expect_raises("ValueError"),
          requires=("predict_values", "predict_band")),
     # compute_optimal: the test cell's 2 points, shared by the weights below
     Case("test_compute_optimal", "optimal_scalar",
          "(N_opt, D_opt) as two floats for a number: 6 N_opt D_opt = C and N_opt minimises L(N, C / (6 N)) "
-         "(checked against a numeric minimisation)", optimal_floats, weight=2),
+         "(checked against a numeric minimisation)", check_optimal_floats, weight=2),
     Case("test_compute_optimal", "optimal_array",
-         "two float64 arrays for an array of budgets, each split optimal", optimal_arrays, weight=2),
+         "two float64 arrays for an array of budgets, each split optimal", check_optimal_arrays, weight=2),
     Case("test_compute_optimal", "optimal_rejects_bad_budget", "a ValueError for a budget that is not positive",
-         raises("ValueError"), requires=("optimal_scalar", "optimal_array")),
+         expect_raises("ValueError"), requires=("optimal_scalar", "optimal_array")),
 ]
 
 # The function each probe exercises: a case that expects an error scores only once value cases of the SAME

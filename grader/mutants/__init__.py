@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import copy
 import importlib
-import json
 import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from utils.notebook_cells import cell_role, cell_source, grade_id, nbgrader_meta, read_notebook
 
 from .. import ASSIGNMENT, ROOT
 
@@ -47,18 +48,9 @@ def load(stem: str) -> list[Mutant]:
     return list(importlib.import_module(f"grader.mutants.{stem}").MUTANTS)
 
 
-def _src(cell: dict) -> str:
-    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-
-
-def _meta(cell: dict) -> dict:
-    return (cell.get("metadata") or {}).get("nbgrader") or {}
-
-
 def answer_cells(nb: dict) -> dict[str, str]:
     """grade_id -> source of every autograded answer cell (solution: true, grade: false)."""
-    return {_meta(c)["grade_id"]: _src(c) for c in nb["cells"]
-            if c["cell_type"] == "code" and _meta(c).get("solution") and not _meta(c).get("grade")}
+    return {grade_id(c): cell_source(c) for c in nb["cells"] if cell_role(c) == "answer"}
 
 
 def functions_of(source: str) -> list[tuple[str, int]]:
@@ -88,8 +80,7 @@ def function_at(source: str, offset: int) -> str | None:
 
 def validate(stem: str, mutants: list[Mutant] | None = None) -> list[str]:
     """Problems with a mutant file (empty when it follows the format)."""
-    nb = json.loads((SOLUTIONS / f"{stem}.ipynb").read_text(encoding="utf-8"))
-    cells = answer_cells(nb)
+    cells = answer_cells(read_notebook(SOLUTIONS / f"{stem}.ipynb"))
     mutants = load(stem) if mutants is None else mutants
     problems, per_function = [], {}
     for m in mutants:
@@ -120,11 +111,11 @@ def validate(stem: str, mutants: list[Mutant] | None = None) -> list[str]:
 def student_copy(release: dict, solution: dict, mutant: Mutant | None = None) -> dict:
     """What a student would hand in: the release with every answer cell filled from the solution,
     and ``mutant`` applied to its cell."""
-    answers = {_meta(c)["grade_id"]: _src(c) for c in solution["cells"] if _meta(c).get("solution")}
+    answers = {grade_id(c): cell_source(c) for c in solution["cells"] if nbgrader_meta(c).get("solution")}
     nb = copy.deepcopy(release)
     for cell in nb["cells"]:
-        gid = _meta(cell).get("grade_id")
-        if _meta(cell).get("solution") and gid in answers:
+        gid = grade_id(cell)
+        if nbgrader_meta(cell).get("solution") and gid in answers:
             src = answers[gid]
             if mutant is not None and gid == mutant.cell:
                 src = src.replace(mutant.find, mutant.replace, 1)
@@ -149,8 +140,8 @@ def run(stems: list[str] | None = None, *, seeds: list[int] | None = None,
     for stem in stems:
         muts = (mutants or {}).get(stem) or load(stem)
         problems = validate(stem, muts) if mutants is None else []
-        release = json.loads((release_dir / f"{stem}.ipynb").read_text(encoding="utf-8"))
-        solution = json.loads((SOLUTIONS / f"{stem}.ipynb").read_text(encoding="utf-8"))
+        release = read_notebook(release_dir / f"{stem}.ipynb")
+        solution = read_notebook(SOLUTIONS / f"{stem}.ipynb")
         points = points_per_test_cell(release)
         variants = {"solution": student_copy(release, solution)}
         cells = {}

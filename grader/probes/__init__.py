@@ -4,6 +4,20 @@ A probe builds inputs from a seeded ``torch.Generator``, calls the student's fun
 namespace ``ns`` and returns whatever they gave. Probes hold **no reference implementation and no
 expected value**: they run inside the grading sandbox next to student code. The judge runs the same
 probes on the solution (outside the sandbox) and compares the two (grader/checks/<stem>.py).
+
+The files one requirement of a graded function touches (README, "For developers"), in this order:
+
+1. the task text: a sentence above the answer cell of ``solutions/ex01/<stem>.ipynb``;
+2. the visible check: an assert on a public input in the test cell under the answer, same notebook
+   (then ``python -m grader release``);
+3. the probe: ``def <probe>(ns, gen)`` here, in ``grader/probes/<stem>.py``;
+4. the case: ``Case(<test cell>, "<probe>", "<the requirement in the text's words>", <comparator>)`` in
+   ``CASES`` of ``grader/checks/<stem>.py``, the probe's name under its function in ``FUNCTIONS``; the
+   comparator comes from ``grader/compare.py`` or is a ``check_*`` of that module;
+5. the mutant: ``Mutant(..., visible=True, case="<probe>")`` in ``grader/mutants/<stem>.py``;
+6. tests: tests/test_judge.py, test_visible_checks.py and test_judge_gates.py pick the above up; a new
+   style of correct answer goes in ``tests/fixtures/honest/<stem>.py``, a check of the solution against
+   an independent reference in ``tests/test_<stem>.py``.
 """
 
 import hashlib as _hashlib

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from conftest import SOLUTIONS
+from references import task2_pseudo_likelihood as task2_refs
 
 from grader import tiers
-from grader.checks import task2_pseudo_likelihood as checks
 from grader.judge import load_cases
 
 NOTEBOOK = SOLUTIONS / "task2_pseudo_likelihood.ipynb"
@@ -26,13 +26,10 @@ NOTEBOOK = SOLUTIONS / "task2_pseudo_likelihood.ipynb"
 @pytest.fixture(scope="module")
 def solution():
     """The notebook's autograded answer cells, executed (solutions included) in a fresh namespace."""
-    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
-    ns = {"math": math, "torch": torch}
-    for cell in cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell["cell_type"] == "code" and meta.get("solution") and not meta.get("grade"):
-            exec(compile("".join(cell["source"]), f"<{meta['grade_id']}>", "exec"), ns)
-    return ns
+    from utils.notebook_cells import cell_role, grade_id, notebook_cells, run_cells
+
+    answers = [grade_id(c) for c in notebook_cells(NOTEBOOK) if cell_role(c) == "answer"]
+    return run_cells(NOTEBOOK, answers, {"math": math, "torch": torch})
 
 
 # ------------------------------------------------------------------------------ the notebook's shape
@@ -88,9 +85,9 @@ def test_errata_of_issue_14_are_in_the_notebook():
 # ------------------------------------------------------- the solution against independent references
 def test_solution_conditionals_and_pll_match_the_one_copy_reference(solution):
     s = solution
-    model, mask_id = checks.tiny_masked_lm(seed=99, vocab_size=53)
+    model, mask_id = task2_refs.tiny_masked_lm(seed=99, vocab_size=53)
     ids = torch.randint(0, mask_id, (20,), generator=torch.Generator().manual_seed(3))
-    ref = checks.reference_conditionals(model, ids, mask_id)
+    ref = task2_refs.reference_conditionals(model, ids, mask_id)
     table = s["conditional_log_probs"](model, ids, mask_id, batch_size=6)
     assert table.dtype == torch.float32 and table.shape == ref.shape
     assert (table.double() - ref).abs().max() < 1e-4
@@ -102,9 +99,9 @@ def test_solution_conditionals_and_pll_match_the_one_copy_reference(solution):
 
 
 def test_solution_single_index_estimate_is_unbiased(solution):
-    model, mask_id = checks.tiny_masked_lm(seed=13)
+    model, mask_id = task2_refs.tiny_masked_lm(seed=13)
     ids = torch.randint(0, mask_id, (11,), generator=torch.Generator().manual_seed(17))
-    nll = -checks.reference_conditionals(model, ids, mask_id)[torch.arange(11), ids]
+    nll = -task2_refs.reference_conditionals(model, ids, mask_id)[torch.arange(11), ids]
     est = solution["single_index_estimate"](model, ids, mask_id, num_samples=6000,
                                             generator=torch.Generator().manual_seed(1)).double()
     assert est.shape == (6000,)
@@ -113,10 +110,10 @@ def test_solution_single_index_estimate_is_unbiased(solution):
 
 
 def test_solution_causal_log_probs_match_the_prefix_reference(solution):
-    model = checks.tiny_causal_lm(seed=98, vocab_size=45)
+    model = task2_refs.tiny_causal_lm(seed=98, vocab_size=45)
     ids = torch.randint(1, 45, (14,), generator=torch.Generator().manual_seed(3))
     for ctx in (None, 0):
-        ref = checks.reference_causal_log_probs(model, ids, ctx)
+        ref = task2_refs.reference_causal_log_probs(model, ids, ctx)
         out = solution["causal_log_probs"](model, ids, context_token_id=ctx)
         assert out.dtype == torch.float32 and out.shape == ref.shape
         assert (out.double() - ref).abs().max() < 2e-4
@@ -136,11 +133,11 @@ def test_solution_conditionals_compatible_agrees_with_the_cross_ratio(solution):
     gen = torch.Generator().manual_seed(41)
     for na, nb in [(2, 2), (3, 5), (6, 4)]:
         joint = torch.rand(na, nb, generator=gen, dtype=torch.float64) + 0.05
-        pa, pb = checks._conditionals_of(joint / joint.sum())
+        pa, pb = task2_refs.conditionals_of(joint / joint.sum())
         assert solution["conditionals_compatible"](pa, pb) is True
         pa2 = torch.rand(na, nb, generator=gen, dtype=torch.float64) + 0.05
         pa2 = pa2 / pa2.sum(0, keepdim=True)
-        assert solution["conditionals_compatible"](pa2, pb) is checks._cross_ratio_compatible(pa2, pb)
+        assert solution["conditionals_compatible"](pa2, pb) is task2_refs.cross_ratio_compatible(pa2, pb)
     # the sheet's example, p(u|v) = 1 and p(v|u) = 0: the supports differ, no joint
     sheet_a_given_b = torch.tensor([[1.0, 0.5], [0.0, 0.5]], dtype=torch.float64)
     sheet_b_given_a = torch.tensor([[0.0, 1.0], [0.5, 0.5]], dtype=torch.float64)
@@ -149,9 +146,9 @@ def test_solution_conditionals_compatible_agrees_with_the_cross_ratio(solution):
 
 # ------------------------------------------------------------------- the reference maths itself
 def test_reference_causal_log_probs_match_the_library_loss():
-    model = checks.tiny_causal_lm(seed=5)
+    model = task2_refs.tiny_causal_lm(seed=5)
     ids = torch.randint(0, 41, (12,), generator=torch.Generator().manual_seed(1))
-    ref = checks.reference_causal_log_probs(model, ids)
+    ref = task2_refs.reference_causal_log_probs(model, ids)
     with torch.no_grad():
         loss = model(input_ids=ids[None], labels=ids[None]).loss.item()
     assert ref.shape == (11,) and ref.dtype == torch.float64
@@ -159,9 +156,9 @@ def test_reference_causal_log_probs_match_the_library_loss():
 
 
 def test_reference_conditionals_are_distributions_that_depend_on_the_masked_copy():
-    model, mask_id = checks.tiny_masked_lm(seed=4)
+    model, mask_id = task2_refs.tiny_masked_lm(seed=4)
     ids = torch.randint(0, mask_id, (9,), generator=torch.Generator().manual_seed(2))
-    table = checks.reference_conditionals(model, ids, mask_id)
+    table = task2_refs.reference_conditionals(model, ids, mask_id)
     assert table.shape == (9, 37) and table.dtype == torch.float64
     assert torch.allclose(table.exp().sum(-1), torch.ones(9, dtype=torch.float64))
     with torch.no_grad():  # masking matters by whole nats: a solution that forgets it cannot pass
@@ -187,6 +184,6 @@ def test_the_full_support_example_is_incompatible_and_a_joint_is_compatible():
     different supports and is the notebook's visible test)."""
     pa = torch.tensor([[0.9, 0.1], [0.1, 0.9]], dtype=torch.float64)
     pb = torch.full((2, 2), 0.5, dtype=torch.float64)
-    assert not checks._cross_ratio_compatible(pa, pb)
+    assert not task2_refs.cross_ratio_compatible(pa, pb)
     joint = torch.tensor([[0.1, 0.2, 0.05], [0.3, 0.15, 0.2]], dtype=torch.float64)
-    assert checks._cross_ratio_compatible(*checks._conditionals_of(joint))
+    assert task2_refs.cross_ratio_compatible(*task2_refs.conditionals_of(joint))

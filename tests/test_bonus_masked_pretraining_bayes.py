@@ -25,6 +25,8 @@ import numpy as np
 import pytest
 import torch
 
+from references import bonus_masked_pretraining_bayes as bonus_refs
+
 from grader.checks import bonus_masked_pretraining_bayes as ref
 from grader.evidence import decode, encode, raised
 from grader.probe import Namespace, case_seed
@@ -178,8 +180,8 @@ def objective_from(score, sizes=lambda D: range(1, D + 1), combine="sum", scale=
 
 @pytest.mark.parametrize("D,K,sigma2,N", [(4, 1, 0.5, 1), (6, 2, 0.1, 3), (7, 3, 0.02, 1)])
 def test_proposition_1_holds_exactly_by_enumeration(D, K, sigma2, N):
-    W, mu, _ = ref.random_ppca(D, K, sigma2, seed=D)
-    x = ref.ppca_samples(W, mu, sigma2, N, seed=10 + D)
+    W, mu, _ = bonus_refs.random_ppca(D, K, sigma2, seed=D)
+    x = bonus_refs.ppca_samples(W, mu, sigma2, N, seed=10 + D)
     total = sum(ref.exact_masked_score(x, W, mu, sigma2, m)[0] for m in range(1, D + 1))
     assert total == pytest.approx(float(np.mean(ref.ref_log_marginal(x, W, mu, sigma2))), abs=1e-9)
 
@@ -187,8 +189,8 @@ def test_proposition_1_holds_exactly_by_enumeration(D, K, sigma2, N):
 def test_solution_conditionals_reproduce_log_p_by_enumeration(sol):
     """The same identity, built from the solution's own gaussian_conditional."""
     D, K, sigma2 = 5, 2, 0.2
-    W, mu, _ = ref.random_ppca(D, K, sigma2, seed=3)
-    x = ref.ppca_samples(W, mu, sigma2, 1, seed=4)[0]
+    W, mu, _ = bonus_refs.random_ppca(D, K, sigma2, seed=3)
+    x = bonus_refs.ppca_samples(W, mu, sigma2, 1, seed=4)[0]
     S = _covariance(W, sigma2)
     total = 0.0
     for m in range(1, D + 1):
@@ -204,18 +206,18 @@ def test_solution_conditionals_reproduce_log_p_by_enumeration(sol):
 
 @pytest.mark.parametrize("seed", range(5))
 def test_monte_carlo_sum_within_three_standard_errors(sol, seed):
-    W, mu, sigma2 = ref.random_ppca(6, 2, 0.1, seed=1000 + seed)
-    x = ref.ppca_samples(W, mu, sigma2, 1, seed=2000 + seed)[0]
-    est, se, exact, z = ref.objective_matches_log_marginal(sol["masked_pretraining_objective"], x, W, mu, sigma2,
-                                                            n_masks=100, seed=seed)
+    W, mu, sigma2 = bonus_refs.random_ppca(6, 2, 0.1, seed=1000 + seed)
+    x = bonus_refs.ppca_samples(W, mu, sigma2, 1, seed=2000 + seed)[0]
+    est, se, exact, z = bonus_refs.objective_matches_log_marginal(sol["masked_pretraining_objective"], x, W, mu,
+                                                                   sigma2, n_masks=100, seed=seed)
     assert z < 3, f"sum_m S(x; m) = {est:.4f} +- {se:.4f}, log p(x) = {exact:.4f} ({z:.2f} SE)"
 
 
 def test_standard_errors_are_calibrated(sol):
     """Over 40 seeded repeats about 95 % of estimates fall within 2 SE (at least 34 of 40)."""
-    W, mu, sigma2 = ref.random_ppca(5, 2, 0.1, seed=5)
-    x = ref.ppca_samples(W, mu, sigma2, 1, seed=6)[0]
-    z = [ref.objective_matches_log_marginal(sol["masked_pretraining_objective"], x, W, mu, sigma2, 40, s)[3]
+    W, mu, sigma2 = bonus_refs.random_ppca(5, 2, 0.1, seed=5)
+    x = bonus_refs.ppca_samples(W, mu, sigma2, 1, seed=6)[0]
+    z = [bonus_refs.objective_matches_log_marginal(sol["masked_pretraining_objective"], x, W, mu, sigma2, 40, s)[3]
          for s in range(40)]
     assert sum(zi < 2 for zi in z) >= 34, f"z-scores {np.round(z, 2)}"
     assert max(z) > 0.5, "every estimate suspiciously close: is the standard error too large?"
@@ -352,9 +354,10 @@ def test_reference_score_is_correct(sol):
 def test_wrong_objectives_miss_by_a_wide_margin(sol, name):
     """Each mistake lands at least 10 SE from log p(x) on a problem like the judge's, so the 3-SE test
     separates it from Monte-Carlo noise with room to spare; and the judge's cases reject it."""
-    W, mu, sigma2 = ref.random_ppca(6, 2, 0.1, seed=51)
-    x = ref.ppca_samples(W, mu, sigma2, 1, seed=61)[0]
-    _, _, _, z = ref.objective_matches_log_marginal(WRONG_OBJECTIVES[name], x, W, mu, sigma2, n_masks=100, seed=71)
+    W, mu, sigma2 = bonus_refs.random_ppca(6, 2, 0.1, seed=51)
+    x = bonus_refs.ppca_samples(W, mu, sigma2, 1, seed=61)[0]
+    _, _, _, z = bonus_refs.objective_matches_log_marginal(WRONG_OBJECTIVES[name], x, W, mu, sigma2, n_masks=100,
+                                                           seed=71)
     assert z > 10, f"{name}: only {z:.1f} SE from log p(x)"
     assert failed_cases(sol, "masked_pretraining_objective", masked_pretraining_objective=WRONG_OBJECTIVES[name])
 
@@ -364,7 +367,7 @@ def test_wrong_objectives_miss_by_a_wide_margin(sol, name):
 # ------------------------------------------------------------------------------------------------
 
 def test_bad_inputs_raise_clear_value_errors(sol):
-    W, mu, sigma2 = ref.random_ppca(4, 2, 0.5, seed=0)
+    W, mu, sigma2 = bonus_refs.random_ppca(4, 2, 0.5, seed=0)
     S = _covariance(W, sigma2)
     with pytest.raises(ValueError, match=r"\(4,\) or \(N, 4\)"):
         sol["ppca_log_marginal"](torch.zeros(5, dtype=DTYPE), W, mu, sigma2)
@@ -382,8 +385,8 @@ def test_bad_inputs_raise_clear_value_errors(sol):
 
 def test_closed_form_ml_is_a_stationary_point_of_the_likelihood(sol):
     """The notebook's Tipping-Bishop solution: zero gradient, and no random rotation does better."""
-    W_true, mu_true, sigma2 = ref.random_ppca(6, 2, 0.1, seed=8)
-    X = ref.ppca_samples(W_true, mu_true, sigma2, 300, seed=9)
+    W_true, mu_true, sigma2 = bonus_refs.random_ppca(6, 2, 0.1, seed=8)
+    X = bonus_refs.ppca_samples(W_true, mu_true, sigma2, 300, seed=9)
     W, mu, s2 = sol["ppca_closed_form_ml"](X, 2)
     W = W.clone().requires_grad_(True)
     log_s2 = torch.tensor(math.log(s2), dtype=DTYPE, requires_grad=True)

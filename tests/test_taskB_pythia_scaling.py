@@ -44,12 +44,9 @@ def solution():
           "AutoModelForCausalLM": AutoModelForCausalLM, "PretrainedConfig": PretrainedConfig,
           "PreTrainedModel": PreTrainedModel, "PYTHIA_TOKENS_PER_STEP": PYTHIA_TOKENS_PER_STEP,
           "context_length": context_length}
-    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
-    for cell in cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if meta.get("solution") and not meta.get("grade") and cell["cell_type"] == "code":
-            exec("".join(cell["source"]), ns)
-    return ns
+    from utils.notebook_cells import cell_role, grade_id, notebook_cells, run_cells
+
+    return run_cells(NOTEBOOK, [grade_id(c) for c in notebook_cells(NOTEBOOK) if cell_role(c) == "answer"], ns)
 
 
 @pytest.mark.parametrize("size", list(PUBLISHED_NON_EMBEDDING))
@@ -317,19 +314,11 @@ def test_sharp_probe_model_separates_a_window_one_token_off(solution):
 
 # -------------------------------------------------------- the smoke preset with the hub suite
 def _smoke_pythia_selection() -> tuple[list[str], list[int]]:
-    """(pythia_sizes, pythia_steps) of the smoke preset, read from the setup cell's preset table."""
-    import ast
+    """(pythia_sizes, pythia_steps) of the smoke preset, from the notebook's preset table."""
+    from utils.notebook_presets import TABLES
 
-    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
-    setup = next("".join(c["source"]) for c in cells
-                 if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "setup")
-    for node in ast.walk(ast.parse(setup)):
-        if isinstance(node, ast.Dict):
-            for key, value in zip(node.keys, node.values):
-                if isinstance(key, ast.Constant) and key.value == "smoke" and isinstance(value, ast.Call):
-                    kw = {k.arg: k.value for k in value.keywords}
-                    return ast.literal_eval(kw["pythia_sizes"]), ast.literal_eval(kw["pythia_steps"])
-    raise AssertionError("no smoke preset with pythia_sizes / pythia_steps in the setup cell")
+    smoke = TABLES["taskB_pythia_scaling"]["smoke"]
+    return list(smoke["pythia_sizes"]), list(smoke["pythia_steps"])
 
 
 @pytest.fixture(scope="module")

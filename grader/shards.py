@@ -1,0 +1,120 @@
+"""Merging graded shards into one grading folder (``python -m grader merge-shards``, issue #22).
+
+Each shard (grader/batch.py ``prepare_shard``: one task of a Slurm job array or a Kubernetes Indexed
+Job) grades its students into a folder of its own; :func:`merge_shards` checks that the shards agree
+and builds the class's one gradebook, status files and autograded notebooks, as one local
+``autograde`` run would have left them. It sits above grader/autograde.py (whose ``merge`` it uses),
+which sits above grader/batch.py (fingerprints, the split, the seed).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from . import ASSIGNMENT
+from .autograde import NotebookResult, merge
+from .batch import (BATCH_PARTS, MANIFEST, ShardError, _adopt_seed, _shard_folders, _short, batch_fingerprint,
+                    invalidate, is_finished, shard_of, student_fingerprint, what_changed)
+from .course import COURSE_ID, Course, add_students, sync_assignment
+
+
+def _notebook_result(shard: Course, student: str, notebook: str, scratch: Path):
+    """A NotebookResult as the shard merged it into its gradebook: every grade and comment, and a
+    scratch copy of its autograded notebook (grader.autograde.merge rewrites the file it is given)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    result = NotebookResult(student, notebook, grades={})
+    with Gradebook(shard.db_url, COURSE_ID) as gb:
+        try:
+            sub = gb.find_submission_notebook(notebook, ASSIGNMENT, student)
+        except MissingEntry:
+            result.grades = None
+            return result
+        for grade in sub.grades:
+            result.grades[grade.cell.name] = (grade.auto_score, grade.needs_manual_grade)
+        for comment in sub.comments:
+            if comment.auto_comment is not None:
+                result.comments[comment.cell.name] = comment.auto_comment
+    executed = shard.folder("autograded", student) / f"{notebook}.ipynb"
+    if executed.exists():
+        result.autograded = scratch / f"{student}-{notebook}.ipynb"
+        shutil.copyfile(executed, result.autograded)
+    return result
+
+
+def merge_shards(course: Course, dirs: list[Path] | None = None, allow_missing: bool = False,
+                 progress=print) -> dict[int, list[str]]:
+    """Merge shard folders (``dirs``: shard folders or folders of them; default ``grading/shards``) into
+    ``course``: its gradebook, status files and autograded notebooks, as one local ``autograde`` run
+    would have left them. Refuses (ShardError) shards of different splits, seeds, assignments, grader
+    code or settings, and, unless ``allow_missing``, any student of ``grading/submitted`` whose shard has
+    not graded their present submission (the message names them per shard). Returns shard -> students merged."""
+    folders = _shard_folders(dirs or [course.grading / "shards"])
+    if not folders:
+        raise ShardError(f"no shard folders (with {MANIFEST}) in "
+                         + ", ".join(str(d) for d in dirs or [course.grading / "shards"]))
+    manifests = sorted((json.loads((f / MANIFEST).read_text(encoding="utf-8")) | {"folder": f} for f in folders),
+                       key=lambda m: (m["count"], m["index"]))
+    counts = sorted({m["count"] for m in manifests})
+    if len(counts) > 1:
+        raise ShardError(f"shards of different splits ({' and '.join(map(str, counts))} shards): "
+                         "pass the folders of one split")
+    count = counts[0]
+    by_index: dict[int, Path] = {}
+    for m in manifests:
+        if m["index"] in by_index:
+            raise ShardError(f"shard {m['index']} of {count} twice: {by_index[m['index']]} and {m['folder']}")
+        by_index[m["index"]] = m["folder"]
+    for part, label in BATCH_PARTS.items():
+        values = {json.dumps(m["batch"][part], sort_keys=True) for m in manifests}
+        if len(values) > 1:
+            raise ShardError(f"shards graded with different {label}: " + "; ".join(
+                f"shard {m['index']}: {_short(m['batch'][part])}" for m in manifests)
+                + ": grade the odd ones again (every shard reads the class's grading/judge-seed.txt and source)")
+    batch = manifests[0]["batch"]
+    seed = _adopt_seed(course.grading, manifests[0]["seed"])
+    notebooks = course.notebook_names()
+    current = batch_fingerprint(course, notebooks, seed, batch["settings"])
+    for part, label in BATCH_PARTS.items():
+        if current[part] != batch[part]:
+            raise ShardError(f"the shards were graded with other {label} ({_short(batch[part])}) than "
+                             f"{course.grading} has now ({_short(current[part])}): grade them again")
+    missing: dict[int, list[str]] = {}
+    done: dict[int, list[tuple[str, dict]]] = {}
+    for s in course.students():
+        index = shard_of(s, count)
+        expected = student_fingerprint(course, s, notebooks, current)
+        folder = by_index.get(index)
+        status = Course(grading=folder, source=course.source).read_json("status", s) if folder else {}
+        if is_finished(status, expected):
+            done.setdefault(index, []).append((s, status))
+        else:
+            why = what_changed(status, expected)
+            missing.setdefault(index, []).append(s if why == "not graded" else f"{s} ({why})")
+    if missing:
+        lines = [f"shard {index}/{count} {by_index.get(index) or '(no shard folder: never started)'}: "
+                 f"{len(names)} missing: {', '.join(names)}" for index, names in sorted(missing.items())]
+        message = ("students that their shard has not graded (rerun those shards: they resume):\n  "
+                   + "\n  ".join(lines))
+        if not allow_missing:
+            raise ShardError(message)
+        progress(message + "\n(--allow-missing: merging the others)")
+
+    sync_assignment(course)
+    add_students(course, [s for pairs in done.values() for s, _ in pairs])
+    merged: dict[int, list[str]] = {}
+    with tempfile.TemporaryDirectory(prefix="las-merge-") as scratch:
+        scratch = Path(scratch)
+        for index in sorted(done):
+            shard = Course(grading=by_index[index], source=course.source)
+            for s, status in done[index]:
+                invalidate(course, s)
+                for nb in notebooks:
+                    merge(course, _notebook_result(shard, s, nb, scratch))
+                course.write_json("status", s, status)   # last: the student counts as finished from here
+                merged.setdefault(index, []).append(s)
+            progress(f"shard {index}/{count}: merged {len(merged.get(index, []))} students from {shard.grading}")
+    return merged

@@ -1,0 +1,123 @@
+"""The pack's one reading of a notebook's cells: source, metadata, tags, role, rubric and extension.
+
+Every module that looks inside a cell goes through here (``tests/test_layout.py`` enforces it), so a
+change of convention (a new tag, a new role) is made once. Cells are the plain dicts of a notebook's
+JSON (``nb["cells"]``); nbformat's ``NotebookNode`` cells are dicts too. Every reader tolerates a
+malformed cell (a submission is untrusted): a missing or ill-typed field reads as empty.
+
+Also here: reading a notebook, writing it in the pack's stable JSON (how the committed notebooks are
+formatted), and :func:`run_cells`, the named cells of a notebook executed into a namespace.
+
+Ships to students (``utils/answer_loader.py`` needs it); standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+EXTENSION_TAG = "extension"    # a graded cell of the optional extensions (grader/tiers.py)
+RUBRIC_TAG = "rubric"          # a TA's rubric under a written answer: never in the release
+PARAMETERS_TAG = "parameters"  # papermill's parameters cell
+
+
+# --------------------------------------------------------------------------- one cell
+def cell_metadata(cell) -> dict:
+    """The cell's ``metadata`` dict ({} when missing or not a dict)."""
+    meta = cell.get("metadata") if isinstance(cell, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def nbgrader_meta(cell) -> dict:
+    """The cell's nbgrader metadata (``grade_id``, ``grade``, ``solution``, ``locked``, ``points``), or {}."""
+    meta = cell_metadata(cell).get("nbgrader")
+    return meta if isinstance(meta, dict) else {}
+
+
+def grade_id(cell) -> str | None:
+    """The cell's nbgrader ``grade_id`` when it is a non-empty string, else None."""
+    gid = nbgrader_meta(cell).get("grade_id")
+    return gid if isinstance(gid, str) and gid else None
+
+
+def cell_tags(cell) -> list:
+    """The cell's Jupyter tags, as a new list ([] when missing or not a list)."""
+    tags = cell_metadata(cell).get("tags")
+    return list(tags) if isinstance(tags, list) else []
+
+
+def cell_source(cell) -> str:
+    """The cell's source as one string: a list of lines is joined (items that are not strings are
+    skipped), anything else that is not a string reads as ''."""
+    src = cell.get("source", "") if isinstance(cell, dict) else ""
+    if isinstance(src, list):
+        return "".join(s for s in src if isinstance(s, str))
+    return src if isinstance(src, str) else ""
+
+
+def is_rubric(cell) -> bool:
+    return RUBRIC_TAG in cell_tags(cell)
+
+
+def is_extension(cell) -> bool:
+    return EXTENSION_TAG in cell_tags(cell)
+
+
+def cell_role(cell) -> str:
+    """parameters | setup | answer | test | written | given | markdown, from the nbgrader metadata:
+    a code cell tagged ``parameters``; the code cell ``setup``; an answer (solution, no points); a test
+    (points); a written answer (a markdown solution); any other code cell is the course's given code."""
+    meta = nbgrader_meta(cell)
+    if cell.get("cell_type") != "code":
+        return "written" if meta.get("solution") else "markdown"
+    if PARAMETERS_TAG in cell_tags(cell):
+        return "parameters"
+    if meta.get("grade_id") == "setup":
+        return "setup"
+    if meta.get("solution") and not meta.get("grade"):
+        return "answer"
+    if meta.get("grade"):
+        return "test"
+    return "given"
+
+
+# --------------------------------------------------------------------------- a notebook
+def read_notebook(path) -> dict:
+    """The notebook at ``path`` as a dict (its JSON, UTF-8)."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def notebook_cells(nb) -> list:
+    """The cells of ``nb``: a notebook dict, or a path to read."""
+    if isinstance(nb, (str, Path)):
+        nb = read_notebook(nb)
+    return nb["cells"]
+
+
+def write_notebook_json(path, data: dict) -> None:
+    """Write a notebook dict with the pack's stable formatting (sorted keys, indent 1, a final newline)."""
+    Path(path).write_text(json.dumps(data, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def drop_rubrics(nb: dict) -> dict:
+    """``nb`` without its rubric cells (in place; returned for chaining)."""
+    nb["cells"] = [c for c in nb["cells"] if not is_rubric(c)]
+    return nb
+
+
+def run_cells(notebook, grade_ids, namespace: dict | None = None) -> dict:
+    """Execute the code cells of ``notebook`` (a path or a dict) whose grade_id is in ``grade_ids``, in
+    notebook order, into ``namespace`` (a new dict by default), and return it: e.g. a solution's function
+    cells without its experiments. Raises RuntimeError naming the cells the notebook lacks."""
+    name = Path(notebook).name if isinstance(notebook, (str, Path)) else "notebook"
+    namespace = {} if namespace is None else namespace
+    found = set()
+    for cell in notebook_cells(notebook):
+        gid = grade_id(cell)
+        if gid in grade_ids and cell.get("cell_type") == "code":
+            exec(compile(cell_source(cell), f"<{name}:{gid}>", "exec"), namespace)  # noqa: S102 - course code
+            found.add(gid)
+    missing = set(grade_ids) - found
+    if missing:
+        raise RuntimeError(f"{name} lacks the cells {sorted(missing)}")
+    return namespace
