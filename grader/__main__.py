@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--full-run", choices=["light", "full"], default="light",
                    help="light (default): the course's demonstration cells run only their definitions and show the "
                         "outputs the student submitted, test cells show the judge's report; full: every cell runs, "
-                        "as in Jupyter (about 2x the grading time; points are the same)")
+                        "as in Jupyter (about 2.4x the grading time; points are the same)")
     p.add_argument("--regrade", action="store_true",
                    help="grade again students already graded with the same submission, assignment, seed and settings")
     p.add_argument("--shard", metavar="I/N|auto",

@@ -184,8 +184,12 @@ def grade_student(course: Course, student: str, notebooks: list[str], settings: 
             _apply_verdict(course, job.notebook, verdict, executed, job.result)
         shutil.rmtree(scratch / "session", ignore_errors=True)
     elapsed = time.monotonic() - started
-    for result in results:   # the session's time, shared by the notebooks it graded
-        result.seconds = elapsed / max(1, len(jobs)) if result in [j.result for j in jobs] else 0.0
+    graded = [j.result for j in jobs]
+    for result in results:   # each notebook's own time in the session, plus its share of the rest
+        own = sum(r.get("seconds") or 0.0 for r in records if r.get("kind") == "notebook_done"
+                  and r.get("stem") == result.notebook) if jobs else 0.0
+        shared = elapsed - sum(r.get("seconds") or 0.0 for r in records if r.get("kind") == "notebook_done") if jobs else 0.0
+        result.seconds = own + max(shared, 0.0) / max(1, len(graded)) if result in graded else 0.0
     return results
 
 

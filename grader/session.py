@@ -46,11 +46,14 @@ import time
 
 from . import probe
 
-#: Imported once per session, before any notebook: what the setup cells and the graded code use.
-PREIMPORT = ("numpy", "torch", "matplotlib", "matplotlib.pyplot", "pandas", "scipy.stats", "sklearn.manifold",
-             "transformers", "tqdm.auto", "IPython.core.interactiveshell", "IPython.display",
-             "matplotlib_inline.backend_inline", "utils", "utils.presets", "utils.plotting", "utils.data",
-             "utils.device", "utils.vision", "utils.lm", "utils.scaling", "utils.critic", "utils.answer_loader")
+#: Imported once per session, before any notebook: what several notebooks' setup cells and graded code use
+#: (a library only one notebook needs, or only its demonstrations, costs the same imported where it is used).
+PREIMPORT = ("numpy", "torch", "matplotlib", "matplotlib.pyplot", "seaborn", "pandas", "transformers", "tqdm.auto",
+             "IPython.core.interactiveshell", "IPython.display", "matplotlib_inline.backend_inline", "utils",
+             "utils.presets", "utils.plotting", "utils.data", "utils.device", "utils.vision", "utils.lm",
+             "utils.scaling", "utils.critic", "utils.answer_loader", "utils.notebook_presets",
+             # transformers imports its model classes lazily: two notebooks use each of these
+             "transformers.models.gpt_neox.modeling_gpt_neox", "transformers.models.bert.modeling_bert")
 GRACE = 5.0                      # seconds past a cell's limit before an ignored interrupt means a kill
 MAX_CELL_RECORD = 16 * 1024 ** 2  # one cell's outputs, as the full run sends them
 MAX_RELAY_RECORD = 30 * 1024 ** 2
@@ -304,6 +307,7 @@ def _relay(pid: int, read_fd: int, stem: str, deadline: float, emit) -> str:
     """Forward the notebook process's records (only the kinds it may send, each once in order of
     sense) to the channel with ``stem`` added; returns "" or why the notebook's records stop short."""
     lines = probe._Lines(read_fd, MAX_RELAY_RECORD)
+    started = time.monotonic()
     while True:
         rec = lines.next(deadline)
         if not isinstance(rec, dict):
@@ -313,13 +317,15 @@ def _relay(pid: int, read_fd: int, stem: str, deadline: float, emit) -> str:
         kind = rec.get("kind")
         if kind not in CELL_KINDS:
             return f"its grading process sent a record it may not send ({str(kind)[:40]!r})"
-        emit({**rec, "stem": stem})
         if kind == "notebook_done":
+            emit({**rec, "stem": stem, "seconds": round(time.monotonic() - started, 3)})
             return ""
+        emit({**rec, "stem": stem})
 
 
 def run_session(plan: dict, emit) -> None:
     """Every notebook of ``plan``, one notebook process at a time; then ``{"kind": "done"}``."""
+    started = time.monotonic()
     for name in PREIMPORT:
         try:
             __import__(name)
@@ -332,6 +338,7 @@ def run_session(plan: dict, emit) -> None:
         torch.set_num_threads(max(1, threads))
     except Exception:  # noqa: BLE001
         pass
+    emit({"kind": "ready", "seconds": round(time.monotonic() - started, 3)})   # the imports, once per student
     per_notebook = (float(plan.get("notebook_timeout", 180)) + float(plan.get("judge_budget", 120))
                     + float(plan.get("setup_seconds", 120)))
     for nb in plan["notebooks"]:

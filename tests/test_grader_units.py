@@ -4,19 +4,16 @@ comparison helpers under monkeypatching, and the mutant files."""
 
 from __future__ import annotations
 
-import builtins
 import copy
 import json
-import math
 import re
 import zipfile
 from pathlib import Path
 
 import pytest
-import torch
 
 from conftest import RELEASE, SOLUTIONS
-from grader.mutants import answer_cells, load, notebooks_with_mutants, student_copy, validate
+from grader.mutants import notebooks_with_mutants, student_copy, validate
 
 STEM = "task1_infonce"
 
@@ -157,8 +154,7 @@ def test_collect_handles_zips_folders_and_loose_files(notebooks, tmp_path):
 
 # ----------------------------------------------------------------------------- feedback
 def test_sanitise_removes_hidden_tests_tracebacks_and_integrity_cell(notebooks):
-    from grader.feedback import PLACEHOLDER, hidden_lines, leaks_in, sanitise
-    from grader.course import Course
+    from grader.feedback import PLACEHOLDER, sanitise
 
     _, solution = notebooks
     nb = copy.deepcopy(solution)

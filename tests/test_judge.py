@@ -6,7 +6,6 @@ honest variant of tests/fixtures/honest/<stem>.py earns full marks."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path

@@ -8,7 +8,7 @@ draws are uniform and rates are 80/10/10 within five standard errors, a seeded c
 another seed gives other draws and the global random states (torch, NumPy, ``random``) are left alone.
 
 The independent float64 references (one masked copy or one prefix per forward pass) that
-tests/test_task2.py checks the solution against are in tests/references/task2_pseudo_likelihood.py.
+tests/test_task2_pseudo_likelihood.py checks the solution against are in tests/references/task2_pseudo_likelihood.py.
 """
 
 from __future__ import annotations
