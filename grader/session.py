@@ -243,13 +243,13 @@ def run_full(cells: list[dict], names: dict, emit, *, cell_timeout: float, noteb
             continue
         if rec == "timeout":
             status = "budget" if time.monotonic() >= deadline else "timeout"
-        else:
-            status = "died"
+        else:   # "eof": the process ended mid-notebook; "bad": a malformed line in its pipe
+            status = "died" if rec == "eof" else "forged"
         break
     os.close(read_fd)
     probe._kill_loader(pid)
-    emit({"kind": "full_run", "status": status, "index": current if current is not None else (expected[0] if expected and status != "ok" else None),
-          "seconds": round(time.monotonic() - started, 3)})
+    stopped_at = current if current is not None else (expected[0] if expected and status != "ok" else None)
+    emit({"kind": "full_run", "status": status, "index": stopped_at, "seconds": round(time.monotonic() - started, 3)})
 
 
 # --------------------------------------------------------------------------- one notebook (trusted)

@@ -353,7 +353,17 @@ def test_the_audit_bomb_is_audited_within_its_caps(batch):
     assert status["notebooks"][STEM]["seconds"] < 240
 
 
-@pytest.mark.parametrize("student", ["os_exit", "ignores_interrupt"])
+def test_ignoring_sigint_does_not_stop_the_grader_interrupt(batch):
+    """The full run interrupts a cell with its own timer (KeyboardInterrupt from SIGALRM), so a loop that
+    ignores SIGINT is still interrupted, and the cells after it run."""
+    executed = json.loads((batch["course"].folder("autograded", "ignores_interrupt") / f"{STEM}.ipynb").read_text())
+    errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert [o["ename"] for o in errors] == ["KeyboardInterrupt"], errors
+    answers = [c for c in executed["cells"] if c["cell_type"] == "code" and c.get("execution_count")]
+    assert len(answers) >= 5, "the cells after the interrupted one must run"
+
+
+@pytest.mark.parametrize("student", ["os_exit"])
 def test_a_failed_full_run_still_gets_feedback(batch, student):
     """A full run that stopped part-way (kernel died, timed out): the page shows the cells that ran, the
     judge's report under each test cell and a note on top that says why it could not be run to the end."""

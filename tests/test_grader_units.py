@@ -176,11 +176,13 @@ def test_sanitise_removes_hidden_tests_tracebacks_and_integrity_cell(notebooks):
 # ----------------------------------------------------------------------------- sandbox
 def test_sandbox_binds_only_what_notebooks_need(tmp_path, monkeypatch):
     from grader import ROOT
-    from grader.sandbox import bwrap_command, describe, probe_prefix
+    from grader.sandbox import describe, probe_prefix, session_prefix
 
     monkeypatch.setenv("SECRET_TOKEN", "hunter2")
-    cmd = bwrap_command({"workdir": str(tmp_path)}, str(tmp_path / "k.json"), "/tmp/x/autograded/s/ex01")
+    # one student's grading session: its own working folder writable, the judge's cases never bound
+    cmd = session_prefix("bwrap", tmp_path, {"PATH": "/usr/bin"})
     bound = [cmd[i + 2] for i, a in enumerate(cmd) if a in ("--ro-bind", "--bind")]
+    assert cmd[cmd.index(str(tmp_path)) - 1] == "--bind" and str(ROOT / "grader" / "session.py") in bound
     for forbidden in ("solutions", "grading", "grader/mutants", "grader/checks", "grader/judge.py", "tests"):
         assert not any(p.startswith(str(ROOT / forbidden)) for p in bound), forbidden
     assert str(ROOT) not in bound, "the whole repository must not be visible"
