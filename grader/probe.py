@@ -539,7 +539,10 @@ def judge_variants(plan: dict, names: dict, setup_notes: list, emit) -> None:
                 emit({"kind": "case", "variant": variant, "seed": label, "case": probe.name, **results[probe.name]})
 
 
-def main(argv: list[str] | None = None) -> None:
+def serve(run, name: str, argv: list[str] | None = None) -> None:
+    """The entry point of a sandboxed grading process (this harness, grader/session.py): protect it,
+    apply the limits, read the plan (a file, or ``-``: stdin) and call ``run(plan, emit)``, where ``emit``
+    writes numbered records to the evidence channel, which every child closes."""
     argv = sys.argv[1:] if argv is None else argv
     _protect_parent()
     out_fd = os.dup(1)   # the evidence channel; every child closes it
@@ -549,7 +552,7 @@ def main(argv: list[str] | None = None) -> None:
 
         apply_limits()
     except Exception as exc:  # noqa: BLE001
-        print(f"grader.probe: could not apply limits: {exc}", file=sys.stderr)
+        print(f"{name}: could not apply limits: {exc}", file=sys.stderr)
     if argv and argv[0] != "-":
         with open(argv[0], encoding="utf-8") as f:
             plan = json.load(f)
@@ -564,15 +567,34 @@ def main(argv: list[str] | None = None) -> None:
         # each once, ending with one "done" and a clean exit, so a record forged into the channel
         # (or a harness killed half-way) voids the run instead of scoring.
         record["seq"] = next(counter)
-        data = (json.dumps(record, allow_nan=True) + "\n").encode()
-        view = memoryview(data)
+        view = memoryview((json.dumps(record, allow_nan=True) + "\n").encode())
         while view:
-            n = os.write(out_fd, view)
-            view = view[n:]
+            view = view[os.write(out_fd, view):]
 
     os.set_inheritable(out_fd, False)
     _CLOSE_IN_CHILDREN.append(out_fd)
-    run_plan(plan, emit)
+    run(plan, emit)
+
+
+def fork_with_pipe() -> tuple[int, int, int]:
+    """Fork a child that writes to a new pipe: (pid, read_fd, write_fd). In the child (pid 0) the
+    read end and every descriptor of ``_CLOSE_IN_CHILDREN`` are closed, and ``read_fd`` is -1."""
+    read_fd, write_fd = os.pipe()
+    pid = _fork()
+    if pid == 0:
+        os.close(read_fd)
+        for fd in _CLOSE_IN_CHILDREN:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        return 0, -1, write_fd
+    os.close(write_fd)
+    return pid, read_fd, -1
+
+
+def main(argv: list[str] | None = None) -> None:
+    serve(run_plan, "grader.probe", argv)
 
 
 if __name__ == "__main__":

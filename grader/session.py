@@ -205,17 +205,9 @@ def run_full(cells: list[dict], names: dict, emit, *, cell_timeout: float, noteb
     executed cell and one ``full_run`` record: status ok | timeout (a cell ignored its interrupt) |
     budget (the notebook ran past ``notebook_timeout``) | died (the process ended mid-cell) | forged
     (the notebook wrote into the full run's own pipe)."""
-    read_fd, write_fd = os.pipe()
-    pid = probe._fork()
+    pid, read_fd, write_fd = probe.fork_with_pipe()
     if pid == 0:
-        os.close(read_fd)
-        for fd in probe._CLOSE_IN_CHILDREN:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
         _full_run_child(cells, names, write_fd, cell_timeout, max_lines, light)
-    os.close(write_fd)
     lines = probe._Lines(read_fd, MAX_CELL_RECORD + (1 << 20))
     expected = [c["index"] for c in cells]
     started = time.monotonic()
@@ -342,17 +334,9 @@ def run_session(plan: dict, emit) -> None:
     per_notebook = (float(plan.get("notebook_timeout", 180)) + float(plan.get("judge_budget", 120))
                     + float(plan.get("setup_seconds", 120)))
     for nb in plan["notebooks"]:
-        read_fd, write_fd = os.pipe()
-        pid = probe._fork()
+        pid, read_fd, write_fd = probe.fork_with_pipe()
         if pid == 0:
-            os.close(read_fd)
-            for fd in probe._CLOSE_IN_CHILDREN:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
             _notebook(nb, plan, write_fd)
-        os.close(write_fd)
         problem = _relay(pid, read_fd, nb["stem"], time.monotonic() + per_notebook, emit)
         os.close(read_fd)
         probe._kill_loader(pid)   # as pid 1 of the sandbox: everything the notebook left behind dies too
@@ -362,34 +346,7 @@ def run_session(plan: dict, emit) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    probe._protect_parent()
-    out_fd = os.dup(1)   # the evidence channel; every child closes it
-    os.dup2(2, 1)
-    try:
-        from .kernel import apply_limits
-
-        apply_limits()
-    except Exception as exc:  # noqa: BLE001
-        print(f"grader.session: could not apply limits: {exc}", file=sys.stderr)
-    if argv and argv[0] != "-":
-        with open(argv[0], encoding="utf-8") as f:
-            plan = json.load(f)
-    else:
-        plan = json.loads(sys.stdin.buffer.read())
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    counter = iter(range(1 << 62))
-
-    def emit(record: dict) -> None:
-        record["seq"] = next(counter)
-        view = memoryview((json.dumps(record, allow_nan=True, default=str) + "\n").encode())
-        while view:
-            n = os.write(out_fd, view)
-            view = view[n:]
-
-    os.set_inheritable(out_fd, False)
-    probe._CLOSE_IN_CHILDREN.append(out_fd)
-    run_session(plan, emit)
+    probe.serve(run_session, "grader.session", argv)
 
 
 if __name__ == "__main__":
