@@ -50,12 +50,55 @@ class Case:
     says: str
     check: object
     weight: float = 1.0
-    requires: tuple = ()   # probes that must pass for this case to score (default for a case whose
-    #                        check expects an error: some case of the same cell that checks values)
+    requires: tuple = ()   # further probes that must pass for this case to score
+    kind: str = "value"    # see CASE_KINDS; a check that expects an error is a "rule" whatever it says
+
+
+#: What a case checks. Only "value" cases stand on their own; every other kind scores only when all
+#: the value cases of the same function pass (``FUNCTIONS`` of the checks module), so an answer that
+#: computes nothing right earns nothing for its shape, its generator use or its error messages.
+#: "rule" (input validation, typing, random-state hygiene) weighs at most 10 % of the core's
+#: autograded points; "given" (a check of code the release gives) weighs 0 and is only reported.
+CASE_KINDS = ("value", "property", "rule", "given")
+
+
+def case_kind(case: Case) -> str:
+    """The kind of ``case``: its ``kind``, except that an error-expecting check is a "rule"."""
+    if case.kind not in CASE_KINDS:
+        raise ValueError(f"{case.probe}: kind {case.kind!r} is not one of {CASE_KINDS}")
+    if case.kind == "value" and getattr(case.check, "expects_error", False):
+        return "rule"
+    return case.kind
 
 
 def load_cases(stem: str) -> list[Case]:
     return list(importlib.import_module(f"grader.checks.{stem}").CASES)
+
+
+def function_of(stem: str) -> dict[str, str]:
+    """probe -> the graded function it exercises (``FUNCTIONS`` of grader/checks/<stem>.py); a
+    probe the table does not list counts as a function of its own test cell."""
+    table = getattr(importlib.import_module(f"grader.checks.{stem}"), "FUNCTIONS", {}) or {}
+    out = {probe: fn for fn, probes in table.items() for probe in probes}
+    return {c.probe: out.get(c.probe, f"cell {c.cell}") for c in load_cases(stem)}
+
+
+def value_gates(stem: str) -> dict[str, tuple[str, ...]]:
+    """probe -> the probes that must pass for it to score: for every case that is not a value case,
+    all value cases of its function, plus what its ``requires`` names. Derived from the case table."""
+    cases = load_cases(stem)
+    fn = function_of(stem)
+    values: dict[str, list[str]] = {}
+    for c in cases:
+        if case_kind(c) == "value":
+            values.setdefault(fn[c.probe], []).append(c.probe)
+    gates = {}
+    for c in cases:
+        needs = list(c.requires)
+        if case_kind(c) != "value":
+            needs += [v for v in values.get(fn[c.probe], []) if v not in needs]
+        gates[c.probe] = tuple(needs)
+    return gates
 
 
 # --------------------------------------------------------------------------- cells to probe
@@ -391,22 +434,13 @@ def judge(stem: str, student: dict[str, dict], reference: dict[str, dict], point
                 message = f"{message}; {because}"
         message = scrub(message, secrets, 700)
         verdict.cases.append(CaseResult(case.cell, case.probe, case.says, case.weight, ok, message))
-    # Error handling earns points only next to a function that works: a stub that raises ValueError
-    # for everything must not collect the "raises a ValueError" cases.
+    # A property, a rule or given code earns points only next to a function that computes: a stub that
+    # raises ValueError for everything, or returns noise of the right shape, collects nothing.
     status = {c.name: c.passed for c in verdict.cases}
-    by_name = {c.probe: c for c in load_cases(stem) if c.cell in points}
+    gates = value_gates(stem)
     for result in verdict.cases:
-        case = by_name[result.name]
-        if not result.passed:
-            continue
-        needs = list(case.requires)
-        if not needs and getattr(case.check, "expects_error", False):
-            values = [c.probe for c in by_name.values()
-                      if c.cell == case.cell and not getattr(c.check, "expects_error", False)]
-            if values and not any(status.get(v) for v in values):
-                result.passed, result.message = False, "scores only once the function returns correct values"
-                continue
-        if needs and not all(status.get(n) for n in needs):
+        needs = gates.get(result.name, ())
+        if result.passed and needs and not all(status.get(n) for n in needs):
             result.passed, result.message = False, "scores only once the function returns correct values"
     for result in verdict.cases:
         if result.passed:

@@ -26,8 +26,11 @@ from pathlib import Path
 from utils.notebook_cells import EXTENSION_TAG, RUBRIC_TAG, cell_source, drop_rubrics, is_extension, \
     is_rubric, nbgrader_meta, notebook_cells  # noqa: F401 - EXTENSION_TAG, is_rubric: re-exported
 
-MAX_CORE_LINES = 200
-MAX_CORE_WRITTEN = 14
+MAX_CORE_LINES = 150
+MAX_CORE_WRITTEN = 11
+#: At most this share of the core's autograded points may go to "rule" cases (input validation,
+#: typing, random-state hygiene; grader/judge.py's CASE_KINDS); "given" cases weigh nothing.
+MAX_CORE_RULE_SHARE = 0.10
 
 _RUBRIC_HEAD = re.compile(r"^\*\*Rubric: `(?P<gid>[A-Za-z0-9_]+)` \((?P<pts>[0-9.]+) points?\)\*\*")
 _RUBRIC_ITEM = re.compile(r"^\s*[-*] \*\*(?P<pts>[0-9.]+) points?\*\*")
@@ -81,6 +84,29 @@ def core_proxy(nb) -> dict:
         m = nbgrader_meta(cell)
         if m.get("grade"):
             out[f"{tier}_points"] += float(m.get("points") or 0)
+    return out
+
+
+def core_points_by_kind(nb, stem: str) -> dict[str, float]:
+    """{case kind: core autograded points} of one source notebook: each core test cell's points split
+    over its judge cases by weight (grader/checks/<stem>.py), summed per kind (``value``,
+    ``property``, ``rule``, ``given``). A cell without cases counts as ``value``."""
+    from grader.judge import CASE_KINDS, case_kind, load_cases
+
+    out = dict.fromkeys(CASE_KINDS, 0.0)
+    cases = load_cases(stem)
+    for cell in notebook_cells(nb):
+        m = nbgrader_meta(cell)
+        if not (m.get("grade") and cell.get("cell_type") == "code") or is_extension(cell):
+            continue
+        pts = float(m.get("points") or 0)
+        mine = [c for c in cases if c.cell == m.get("grade_id")]
+        total = sum(c.weight for c in mine)
+        if not total:
+            out["value"] += pts
+            continue
+        for c in mine:
+            out[case_kind(c)] += pts * c.weight / total
     return out
 
 
@@ -150,8 +176,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  rubric: {problem}")
     print(f"{'total':<36}{total['core_lines']:>11}{total['extension_lines']:>10}{total['core_written']:>13}"
           f"{total['extension_written']:>12}{total['core_points']:>9g}{total['extension_points']:>8g}")
-    print(f"limits: core lines <= {MAX_CORE_LINES}, core written answers <= {MAX_CORE_WRITTEN}")
+    kinds: dict[str, float] = {}
+    for path in sorted(folder.glob("*.ipynb")):
+        for kind, pts in core_points_by_kind(path, path.stem).items():
+            kinds[kind] = kinds.get(kind, 0.0) + pts
+    autograded = sum(kinds.values()) or 1.0
+    print("core autograded points by case kind: " + ", ".join(f"{k} {v:.2f} ({v / autograded:.0%})"
+                                                           for k, v in kinds.items()))
+    print(f"limits: core lines <= {MAX_CORE_LINES}, core written answers <= {MAX_CORE_WRITTEN}, "
+          f"rule cases <= {MAX_CORE_RULE_SHARE:.0%} of core autograded points, given-code cases 0")
     bad |= total["core_lines"] > MAX_CORE_LINES or total["core_written"] > MAX_CORE_WRITTEN
+    bad |= kinds.get("rule", 0) / autograded > MAX_CORE_RULE_SHARE or kinds.get("given", 0) > 0
     return 1 if bad else 0
 
 

@@ -67,6 +67,69 @@ def test_the_pack_core_fits_the_budget():
         + "\n".join(table))
 
 
+def _core_hours(path) -> float:
+    """The core's expected time the notebook's first cell states ("Core: about 1.75 h")."""
+    import re
+
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    text = "".join(next(c for c in cells if c["cell_type"] == "markdown")["source"])
+    found = re.search(r"Core: about ([0-9.]+) h", text)
+    assert found, f"{path.name}: the first cell states no 'Core: about <hours> h'"
+    return float(found.group(1))
+
+
+CORE_STEMS = [p.stem for p in ALL_SOURCES if p.stem != "bonus_masked_pretraining_bayes"]
+
+
+def _kinds(stem) -> dict:
+    return tiers.core_points_by_kind(SOLUTIONS / f"{stem}.ipynb", stem)
+
+
+def test_interface_rules_are_at_most_a_tenth_of_the_core_and_given_code_earns_nothing():
+    """Input validation, typing and random-state rules ("rule" cases) weigh at most 10 % of the core's
+    autograded points; judge cases on given code ("given") weigh nothing."""
+    kinds = {stem: _kinds(stem) for stem in CORE_STEMS}
+    table = "\n".join(f"{stem}: " + ", ".join(f"{k} {v:.2f}" for k, v in k_.items()) for stem, k_ in kinds.items())
+    total = sum(sum(k.values()) for k in kinds.values())
+    rules = sum(k["rule"] for k in kinds.values())
+    print(table)
+    assert total > 0
+    assert rules / total <= tiers.MAX_CORE_RULE_SHARE + 1e-9, (
+        f"rule cases earn {rules:.2f} of {total:.2f} core autograded points ({rules / total:.0%}; limit "
+        f"{tiers.MAX_CORE_RULE_SHARE:.0%}):\n{table}")
+    assert all(k["given"] == 0 for k in kinds.values()), f"given code earns points:\n{table}"
+
+
+def test_a_case_on_given_code_weighs_nothing():
+    from grader.judge import case_kind, load_cases
+
+    heavy = [(stem, c.probe, c.weight) for stem in CORE_STEMS + ["bonus_masked_pretraining_bayes"]
+             for c in load_cases(stem) if case_kind(c) == "given" and c.weight != 0]
+    assert not heavy, f"cases on given code must weigh 0: {heavy}"
+
+
+def test_the_share_of_rule_points_can_fail():
+    """The accounting counts an error-expecting case as a rule, whatever kind it claims."""
+    from grader.compare import expect_raises
+    from grader.judge import Case, case_kind
+
+    assert case_kind(Case("t", "p", "raises", expect_raises("ValueError"))) == "rule"
+    assert case_kind(Case("t", "p", "values", lambda got, ref: None)) == "value"
+    with pytest.raises(ValueError):
+        case_kind(Case("t", "p", "x", lambda got, ref: None, kind="shape"))
+
+
+def test_core_points_follow_the_hours():
+    """Each notebook's share of the core's points is within 6 percentage points of its share of the hours,
+    and the hours add up to the 8 the README promises."""
+    hours = {p.stem: _core_hours(p) for p in ALL_SOURCES if p.stem in CORE_STEMS}
+    points = {stem: tiers.core_proxy(SOLUTIONS / f"{stem}.ipynb")["core_points"] for stem in CORE_STEMS}
+    assert abs(sum(hours.values()) - 8) <= 0.25, f"core hours add up to {sum(hours.values())}, not 8: {hours}"
+    for stem in CORE_STEMS:
+        h, p = hours[stem] / sum(hours.values()), points[stem] / sum(points.values())
+        assert abs(h - p) <= 0.06, f"{stem}: {p:.0%} of the core points for {h:.0%} of the hours ({points}, {hours})"
+
+
 def test_every_notebook_has_extensions_or_says_none_and_states_its_time():
     for path in ALL_SOURCES:
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]

@@ -60,31 +60,53 @@ def test_every_probe_belongs_to_one_function(stem):
 
 
 @pytest.mark.parametrize("stem", STEMS)
-def test_every_error_case_requires_two_value_cases_of_its_own_function(stem):
+def test_every_case_that_is_not_a_value_case_is_gated_on_the_values_of_its_function(stem):
+    """Derived from the case table: a property, rule or given-code case scores only when every value case
+    of its own function passes, and there is at least one such value case to pass."""
+    from grader.judge import case_kind, value_gates
+
     cases = load_cases(stem)
     function_of = _function_of(stem)
-    by_probe = {}
-    for c in cases:
-        by_probe.setdefault(c.probe, []).append(c)
+    kind = {c.probe: case_kind(c) for c in cases}
+    gates = value_gates(stem)
     problems = []
     for case in cases:
-        if not _expects_error(case):
+        if kind[case.probe] == "value":
             continue
         fn = function_of[case.probe]
-        needs = tuple(case.requires)
-        if len(set(needs)) < 2:
-            problems.append(f"{case.probe}: requires {needs}, at least two value cases of {fn} needed")
-        for need in needs:
-            required = by_probe.get(need, [])
-            if not required:
-                problems.append(f"{case.probe}: requires {need}, which no case checks")
-            elif any(_expects_error(r) for r in required):
-                problems.append(f"{case.probe}: requires {need}, an error case (a value case is needed)")
-            elif function_of.get(need) != fn:
-                problems.append(f"{case.probe} ({fn}): requires {need}, a case of {function_of.get(need)}")
-            elif any(r.cell != case.cell for r in required):
-                problems.append(f"{case.probe}: requires {need} of another test cell")
+        own_values = {c.probe for c in cases if kind[c.probe] == "value" and function_of[c.probe] == fn}
+        if not own_values:
+            problems.append(f"{case.probe} ({kind[case.probe]}): {fn} has no value case to gate it on")
+        missing = own_values - set(gates[case.probe])
+        if missing:
+            problems.append(f"{case.probe}: not gated on {sorted(missing)}")
     assert not problems, "\n".join(problems)
+
+
+def test_the_gate_is_derived_and_can_fail(monkeypatch):
+    """A property case of a function whose value case fails scores nothing, without any ``requires``."""
+    import types
+
+    from grader import judge as judge_mod
+    from grader.evidence import encode
+    from grader.judge import Case
+
+    def equal(got, ref):
+        assert got == ref, "wrong"
+
+    module = types.SimpleNamespace(
+        CASES=[Case("t", "f_values", "values", equal), Case("t", "f_shape", "shape", equal, kind="property"),
+               Case("t", "g_values", "values", equal)],
+        FUNCTIONS={"f": ("f_values", "f_shape"), "g": ("g_values",)})
+    monkeypatch.setattr(judge_mod.importlib, "import_module", lambda name: module)
+    ok = {"status": "ok", "value": encode(1)}
+    wrong = {"status": "ok", "value": encode(2)}
+    reference = {"f_values": ok, "f_shape": ok, "g_values": ok}
+    hollow = judge_mod.judge("x", {"f_values": wrong, "f_shape": ok, "g_values": ok}, reference, {"t": 3.0})
+    assert {c.name: c.passed for c in hollow.cases} == {"f_values": False, "f_shape": False, "g_values": True}
+    assert hollow.points["t"] == 1.0
+    right = judge_mod.judge("x", {"f_values": ok, "f_shape": ok, "g_values": wrong}, reference, {"t": 3.0})
+    assert {c.name: c.passed for c in right.cases} == {"f_values": True, "f_shape": True, "g_values": False}
 
 
 @pytest.mark.parametrize("stem", STEMS)
