@@ -21,8 +21,9 @@ One module per concern, imported explicitly by the notebooks:
 - ``utils.hosted_install`` a setup cell on a hosted notebook (Colab, ...): its bootstrap text, unpacking the
                           pack and installing its pinned requirements
 
-Nothing here is graded: students implement the ideas of each task in the notebooks, and a test
-(tests/test_bundle.py) checks that no solution block appears in any file a student receives.
+Nothing here is graded: students implement the ideas of each task in the notebooks, and a test of the
+course repository (not part of the student bundle) checks that no solution block appears in any file a
+student receives.
 """
 
 __all__ = ["device", "presets", "plotting", "data", "paths", "vision", "lm", "scaling", "suite_recipes",

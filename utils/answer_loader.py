@@ -1,6 +1,6 @@
 """Load a notebook's answers the way the grader does, and say what it could not run.
 
-The grader's judge (grader/probe.py, inside the grading sandbox) and the student's own check
+The grader's judge (in the course repository, inside the grading sandbox) and the student's own check
 (``./pack.sh validate``, which runs ``python -m utils.answer_loader NOTEBOOK ...``) both use this
 module, so what a student checks before submitting is what the grader does:
 

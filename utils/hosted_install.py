@@ -41,8 +41,8 @@ TORCH_PAIR = ("torch", "torchvision")
 JUPYTER_STACK = ("jupyterlab", "ipykernel", "nbgrader", "nbformat", "nbclient", "nbconvert", "papermill")
 
 
-#: The start of every notebook's setup cell (tests/test_hosted_setup.py checks that all five carry it
-#: verbatim; :func:`with_setup_bootstrap` writes it into a cell). On a hosted notebook without the pack it
+#: The start of every notebook's setup cell (the course repository's tests check that all five carry
+#: it verbatim; :func:`with_setup_bootstrap` writes it into a cell). On a hosted notebook without the pack it
 #: fetches the zip from ``PACK_URL``, which ``python -m grader bundle`` stamps (grader/bundle.py's
 #: ``stamp_pack_url``; the grader's check of locked cells ignores that one line), and runs
 #: :func:`install_pack` from the zip. Only what must run before the pack is on disk is here.
@@ -67,8 +67,8 @@ except ImportError:  # a hosted notebook (Colab, Kaggle, Binder, a JupyterHub) w
 
 def with_setup_bootstrap(source: str) -> str:
     """``source`` (a setup cell) with its bootstrap, from a ``try:`` line through the indented block under
-    its ``except ImportError:``, replaced by :data:`SETUP_BOOTSTRAP` (``PACK_URL`` empty, as solutions/
-    keeps it); comment lines above the ``try:`` are dropped too (the bootstrap's first line says what the
+    its ``except ImportError:``, replaced by :data:`SETUP_BOOTSTRAP` (``PACK_URL`` empty, as the course
+    repository's source notebooks keep it); comment lines above the ``try:`` are dropped too (the bootstrap's first line says what the
     cell does). For the pack's maintainers, after a change of the text. Raises ``ValueError`` when the
     cell has no such block."""
     lines = source.splitlines(keepends=True)

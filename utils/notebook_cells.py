@@ -1,6 +1,6 @@
 """The pack's one reading of a notebook's cells: source, metadata, tags, role, rubric and extension.
 
-Every module that looks inside a cell goes through here (``tests/test_layout.py`` enforces it), so a
+Every module that looks inside a cell goes through here (a layout test of the course repository enforces it), so a
 change of convention (a new tag, a new role) is made once. Cells are the plain dicts of a notebook's
 JSON (``nb["cells"]``); nbformat's ``NotebookNode`` cells are dicts too. Every reader tolerates a
 malformed cell (a submission is untrusted): a missing or ill-typed field reads as empty.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-EXTENSION_TAG = "extension"    # a graded cell of the optional extensions (grader/tiers.py)
+EXTENSION_TAG = "extension"    # a graded cell of the optional extensions (the course repository's grader/tiers.py)
 RUBRIC_TAG = "rubric"          # a TA's rubric under a written answer: never in the release
 PARAMETERS_TAG = "parameters"  # papermill's parameters cell
 

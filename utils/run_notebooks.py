@@ -2,7 +2,7 @@
 
     python -m utils.run_notebooks [PRESET] [--only NAME ...] [--notebooks DIR]   (or: ./pack.sh run [PRESET])
 
-PRESET defaults to ``smoke``. The notebooks come from ``solutions/ex01/`` in the course repository
+PRESET defaults to ``smoke``. In the course repository the notebooks come from ``solutions/ex01/``,
 and from ``notebooks/ex01/`` in a student's copy (or ``--notebooks DIR``). A summary table lists
 each notebook's status and time; the exit code is non-zero when any notebook failed, and one failing
 notebook never stops the others.
@@ -12,7 +12,7 @@ What lands in ``build/notebooks/<preset>/`` (figures in ``build/figures/``):
 - ``<stem>.ipynb``: the copy to show in class. Progress bars show their final state (plain text bars:
   a headless run cannot save a widget's state), solution markers and any hidden tests are removed,
   and the notebook is signed as trusted on this machine, so it opens unmodified with its outputs.
-- ``solutions/<stem>.solutions.ipynb`` (from ``solutions/`` only): the same run with the nbgrader
+- in the course repository only, ``solutions/<stem>.solutions.ipynb``: the same run with the nbgrader
   markers kept, the lecturer's answer key.
 """
 
