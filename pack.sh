@@ -2,6 +2,7 @@
 # The course pack's two entry points (see README.md):
 #   ./pack.sh run [smoke|cpu|gpu|full]   execute every solution notebook into build/
 #   ./pack.sh test [pytest args]         run the test suite
+#   ./pack.sh test fast [pytest args]    the fast tier: unit and judge tests and one small class end to end
 # Both create the virtual environment .venv/ on first use (and refresh it when
 # requirements.txt or pyproject.toml change).
 set -euo pipefail
@@ -35,6 +36,10 @@ case "$cmd" in
         ;;
     test)
         ensure_env
+        if [ "${1:-}" = fast ]; then   # the ten-minute loop: unit and judge tiers, one small class end to end
+            shift
+            exec "$VENV/bin/python" -m pytest -m "unit or judge or fast_e2e" --durations=15 "$@"
+        fi
         exec "$VENV/bin/python" -m pytest "$@"
         ;;
     env)

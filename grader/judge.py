@@ -285,15 +285,54 @@ _REFERENCE_CACHE: dict[tuple, dict[str, dict]] = {}
 _REFERENCE_LOCK = threading.Lock()
 
 
+def code_digest() -> str:
+    """A digest of the code that makes a reference record: every module of grader/ and utils/, and the
+    torch version. A change to any of them makes the disk cache miss."""
+    h = hashlib.sha256()
+    for folder in ("grader", "utils"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            h.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    try:
+        from importlib.metadata import version
+        h.update(version("torch").encode())
+    except Exception:  # noqa: BLE001 - no torch metadata: the digest still covers the code
+        pass
+    return h.hexdigest()
+
+
+def reference_cache_dir(default: Path | None = None) -> Path | None:
+    """Where reference records persist between runs: ``$LAS_REFERENCE_CACHE`` when set (``off`` turns the
+    disk cache off), else ``default`` (the batch's grading folder). Never under build/: the sandbox sees
+    build/cache, and a reference record holds the expected values of hidden inputs."""
+    env = os.environ.get("LAS_REFERENCE_CACHE", "")
+    if env.lower() == "off":
+        return None
+    return Path(env) if env else default
+
+
 def reference_records(stem: str, release: dict, solution: dict, seed: int, workroot: Path,
-                      threads: int = 1) -> dict[str, dict]:
-    """The solution's evidence for every case (cached per process, notebook contents and seed).
+                      threads: int = 1, cache_dir: Path | None = None) -> dict[str, dict]:
+    """The solution's evidence for every case, cached per process and, with ``cache_dir`` (see
+    :func:`reference_cache_dir`), on disk, keyed by the notebook contents, the seed and
+    :func:`code_digest`: a resumed batch or another shard does not run the solution again.
     Runs outside the sandbox: it is our code. Raises RuntimeError when the solution itself fails a
     probe, because then no student can be judged fairly."""
     key = (stem, seed, hashlib.sha256(json.dumps([release, solution], sort_keys=True).encode()).hexdigest())
+    cache_dir = reference_cache_dir(cache_dir)
     with _REFERENCE_LOCK:
         if key in _REFERENCE_CACHE:
             return _REFERENCE_CACHE[key]
+        disk = None
+        if cache_dir is not None:
+            name = hashlib.sha256(json.dumps([*key, code_digest()]).encode()).hexdigest()[:32]
+            disk = Path(cache_dir) / f"references-{stem}-{name}.json"
+            try:
+                cases = json.loads(disk.read_text(encoding="utf-8"))
+                if isinstance(cases, dict) and {c.probe for c in load_cases(stem)} <= set(cases):
+                    _REFERENCE_CACHE[key] = cases
+                    return cases
+            except (OSError, ValueError):
+                pass   # absent or unreadable: compute it again
         plan = {"stem": stem, "runs": case_runs([seed], stem), "isolate": "variant",
                 "groups": case_groups(stem), "variants": {"reference": notebook_cells(release, solution)}}
         records, tail = run_harness(plan, workdir=Path(tempfile.mkdtemp(prefix=f"ref-{stem}-", dir=workroot)),
@@ -308,6 +347,15 @@ def reference_records(stem: str, release: dict, solution: dict, seed: int, workr
             raise RuntimeError(f"the reference run of {stem} failed (probes {broken + missing}); "
                                f"the harness said:\n{tail[-2000:]}")
         _REFERENCE_CACHE[key] = cases
+        if disk is not None:
+            try:
+                disk.parent.mkdir(parents=True, exist_ok=True)
+                tmp = disk.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(cases), encoding="utf-8")
+                os.chmod(tmp, 0o600)
+                os.replace(tmp, disk)
+            except OSError:
+                pass   # a read-only grading folder: the cache is an optimisation only
         return cases
 
 

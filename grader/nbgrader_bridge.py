@@ -78,7 +78,7 @@ def grade_one(student: str, notebook: str, course=None):
     release = json.loads((course.release / f"{notebook}.ipynb").read_text(encoding="utf-8"))
     solution = json.loads((course.source / f"{notebook}.ipynb").read_text(encoding="utf-8"))
     reference = judging.reference_records(notebook, release, solution, settings.seed, workroot,
-                                          threads=settings.threads())
+                                          threads=settings.threads(), cache_dir=course.grading / "cache")
     result = grade_notebook(course, student, notebook, settings, snapshot, workroot, reference)
     result.score, result.max_score = merge(course, result)
     record_statuses(course, {student: [result]}, settings.protections(), update=True)

@@ -17,6 +17,46 @@ SOLUTIONS = REPO / "solutions" / "ex01"
 RELEASE = REPO / "notebooks" / "ex01"
 
 
+#: The test pyramid: each test file's tier, a marker of the same name (``-m unit``, ``-m "unit or judge"``).
+#: ``./pack.sh test fast`` runs the unit and judge tiers and one small class end to end (FAST_END_TO_END).
+TIERS = {
+    "unit": ("test_judge_units", "test_grader_units", "test_utils", "test_layout", "test_core_and_rubrics",
+             "test_course_text", "test_task1_infonce", "test_task2_pseudo_likelihood", "test_taskA_simclr",
+             "test_taskB_pythia_scaling", "test_bonus_masked_pretraining_bayes", "test_miniature_suite",
+             "test_distributed", "test_augmentation_stats", "test_deadlines", "test_lms"),
+    "judge": ("test_judge", "test_visible_checks", "test_judge_gates"),
+    "cli": ("test_grader", "test_grader_audit", "test_grader_batch", "test_grader_honest", "test_grader_session",
+            "test_grader_shards", "test_feedback_safety", "test_nbgrader_bridge", "test_slurm", "test_similarity",
+            "test_grader_round5", "test_taskA_demo"),
+    "notebooks": ("test_notebooks", "test_run_notebooks"),
+    "env": ("test_environment", "test_hosted_setup", "test_bundle"),
+    "browser": ("test_formgrader_browser",),
+}
+#: the one small class graded end to end through the real command line in the fast tier
+FAST_END_TO_END = "tests/test_grader_session.py"
+
+
+def pytest_configure(config):
+    for tier in TIERS:
+        config.addinivalue_line("markers", f"{tier}: the {tier} tier of the test pyramid (tests/conftest.py TIERS)")
+    config.addinivalue_line("markers", "fast_e2e: the small end-to-end class of ./pack.sh test fast")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test with its file's tier; a test that needs the nbgrader round trips of every notebook
+    (the ``roundtrips`` fixture, minutes) is a CLI test wherever it lives. A file no tier names is "cli"
+    (the slow side), so a new file never slips into the fast loop by accident."""
+    tier_of = {name: tier for tier, names in TIERS.items() for name in names}
+    for item in items:
+        stem = Path(str(item.fspath)).stem
+        tier = tier_of.get(stem, "cli")
+        if "roundtrips" in getattr(item, "fixturenames", ()):
+            tier = "cli"
+        item.add_marker(getattr(pytest.mark, tier))
+        if Path(str(item.fspath)).as_posix().endswith(FAST_END_TO_END):
+            item.add_marker(pytest.mark.fast_e2e)
+
+
 def solution_notebooks() -> list[Path]:
     """The source notebooks; ``LAS_TEST_NOTEBOOKS=stem1,stem2`` narrows the notebook tests to a few
     (a quick round trip while editing one notebook; CI always runs all)."""

@@ -441,3 +441,43 @@ def test_cases_forked_after_multithreaded_top_level_torch_code_do_not_hang(tmp_p
     cases, header = judge.by_case(records, "s")
     assert header["not_run"] == [], header["not_run"]
     assert {k: v["status"] for k, v in cases.items()} == {"info_nce_uniform": "ok", "info_nce_column0": "ok"}, tail
+
+
+# ----------------------------------------------------------------------------- the reference cache on disk
+def test_reference_records_persist_on_disk_and_miss_when_anything_changes(tmp_path, monkeypatch):
+    """A resumed batch, another shard or formgrader's next Autograde click reads the solution's records
+    from the grading folder instead of running the solution again; another seed, notebook or grader code
+    misses. The cache file does not name the seed."""
+    monkeypatch.delenv("LAS_REFERENCE_CACHE", raising=False)
+    stem = "task1_infonce"
+    probes = {c.probe for c in judge.load_cases(stem)}
+    calls = []
+
+    def fake_harness(plan, **kwargs):
+        calls.append(plan["runs"][0]["label"])
+        recs = [{"kind": "case", "variant": "reference", "case": p, "status": "ok", "value": encode(1.0)}
+                for p in probes]
+        return recs + [{"kind": "done"}], ""
+
+    monkeypatch.setattr(judge, "run_harness", fake_harness)
+    release, solution = {"cells": [{"cell_type": "code", "source": "x = 1"}]}, {"cells": []}
+    cache = tmp_path / "grading" / "cache"
+    first = judge.reference_records(stem, release, solution, 41, tmp_path, cache_dir=cache)
+    judge._REFERENCE_CACHE.clear()   # a new process: only the disk remembers
+    again = judge.reference_records(stem, release, solution, 41, tmp_path, cache_dir=cache)
+    assert again == first and len(calls) == 1
+    files = list(cache.iterdir())
+    assert len(files) == 1 and "41" not in files[0].name
+    judge._REFERENCE_CACHE.clear()
+    judge.reference_records(stem, release, solution, 42, tmp_path, cache_dir=cache)   # another seed
+    judge._REFERENCE_CACHE.clear()
+    judge.reference_records(stem, {"cells": []}, solution, 41, tmp_path, cache_dir=cache)   # another release
+    judge._REFERENCE_CACHE.clear()
+    monkeypatch.setattr(judge, "code_digest", lambda: "changed grader code")
+    judge.reference_records(stem, release, solution, 41, tmp_path, cache_dir=cache)
+    assert len(calls) == 4
+    judge._REFERENCE_CACHE.clear()
+    monkeypatch.setenv("LAS_REFERENCE_CACHE", "off")
+    judge.reference_records(stem, release, solution, 41, tmp_path, cache_dir=cache)
+    assert len(calls) == 5
+    judge._REFERENCE_CACHE.clear()
