@@ -203,8 +203,29 @@ def sync_assignment(course: Course) -> list[str]:
     :func:`release_notebooks`), from ``course.source``; the committed notebooks/ folder is never touched.
     """
     course.grading.mkdir(parents=True, exist_ok=True)
-    release_notebooks(course.source, course.release, db_url=course.db_url)
+    digest = release_digest(course.source)
+    stamp = course.grading / "release-digest.txt"
+    try:
+        unchanged = stamp.read_text().strip() == digest and course.db_path.exists() and any(course.release.glob("*.ipynb"))
+    except OSError:
+        unchanged = False
+    if not unchanged:   # nbgrader's generate_assignment costs about 15 s: only when the source changed
+        stamp.unlink(missing_ok=True)
+        release_notebooks(course.source, course.release, db_url=course.db_url)
+        stamp.write_text(digest + "\n")
     return course.notebook_names()
+
+
+def release_digest(source: Path) -> str:
+    """A digest of what the release is made from: the source notebooks, the pack's nbgrader
+    configuration and the release code."""
+    import hashlib
+
+    h = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for path in [*sorted(Path(source).glob("*.ipynb")), here / "nbgrader_config.py", here / "release.py"]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def add_students(course: Course, students: list[str]) -> None:

@@ -224,3 +224,37 @@ def test_command_line_docstring_names_every_status():
     listed = re.sub(r"\([^)]*\)", "", listed)   # the explanations in brackets
     named = [" ".join(part.split()).strip(":. ") for part in listed.split("|")]
     assert named == STATUS_ORDER, named
+
+
+def test_the_release_is_generated_again_only_when_its_source_changes(tmp_path, monkeypatch):
+    """Each CLI autograde, shard and formgrader click syncs the assignment; nbgrader's generate_assignment
+    (about 15 s) runs only when the source notebooks or the release code changed."""
+    import shutil
+
+    from grader import course as course_mod
+
+    source = tmp_path / "source"
+    shutil.copytree(SOLUTIONS, source)
+    course = course_mod.Course(grading=tmp_path / "grading", source=source)
+    calls = []
+
+    def fake_release(src, dest, *, db_url=None):
+        calls.append(src)
+        dest.mkdir(parents=True, exist_ok=True)
+        for nb in Path(src).glob("*.ipynb"):
+            (dest / nb.name).write_text(nb.read_text())
+        course.db_path.parent.mkdir(parents=True, exist_ok=True)
+        course.db_path.touch()
+        return dest
+
+    monkeypatch.setattr(course_mod, "release_notebooks", fake_release)
+    course_mod.sync_assignment(course)
+    course_mod.sync_assignment(course)
+    assert len(calls) == 1
+    first = next(source.glob("*.ipynb"))
+    first.write_text(first.read_text().replace("Task", "Tusk", 1))
+    course_mod.sync_assignment(course)
+    assert len(calls) == 2
+    course.db_path.unlink()   # a lost gradebook: the assignment must be recorded again
+    course_mod.sync_assignment(course)
+    assert len(calls) == 3
