@@ -32,6 +32,7 @@ from utils.answer_loader import explain_name_error
 from utils.notebook_cells import cell_role, cell_source, cell_tags, grade_id, nbgrader_meta
 
 from . import ROOT
+from .cases import CASE_KINDS, Case, case_kind  # noqa: F401 - re-exported: the case table's leaf module
 from .evidence import EvidenceError, Raised, decode
 
 MAX_RECORD_BYTES = 30 * 1024 ** 2
@@ -39,38 +40,6 @@ MAX_TOTAL_BYTES = 400 * 1024 ** 2
 
 
 # --------------------------------------------------------------------------- the cases
-@dataclass(frozen=True)
-class Case:
-    """One named check: ``probe`` (in grader/probes/<stem>.py) gives the student's value, ``check``
-    compares it with the solution's value and raises AssertionError(message) when it is wrong.
-    ``says`` is the requirement in the words of the task text, shown in the feedback."""
-
-    cell: str
-    probe: str
-    says: str
-    check: object
-    weight: float = 1.0
-    requires: tuple = ()   # further probes that must pass for this case to score
-    kind: str = "value"    # see CASE_KINDS; a check that expects an error is a "rule" whatever it says
-
-
-#: What a case checks. Only "value" cases stand on their own; every other kind scores only when all
-#: the value cases of the same function pass (``FUNCTIONS`` of the checks module), so an answer that
-#: computes nothing right earns nothing for its shape, its generator use or its error messages.
-#: "rule" (input validation, typing, random-state hygiene) weighs at most 10 % of the core's
-#: autograded points; "given" (a check of code the release gives) weighs 0 and is only reported.
-CASE_KINDS = ("value", "property", "rule", "given")
-
-
-def case_kind(case: Case) -> str:
-    """The kind of ``case``: its ``kind``, except that an error-expecting check is a "rule"."""
-    if case.kind not in CASE_KINDS:
-        raise ValueError(f"{case.probe}: kind {case.kind!r} is not one of {CASE_KINDS}")
-    if case.kind == "value" and getattr(case.check, "expects_error", False):
-        return "rule"
-    return case.kind
-
-
 def load_cases(stem: str) -> list[Case]:
     return list(importlib.import_module(f"grader.checks.{stem}").CASES)
 

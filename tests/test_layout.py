@@ -260,3 +260,17 @@ def test_benchmarks_import_neither_the_tests_nor_the_command_line():
             problems += [f"benchmarks/{path.name}:{node.lineno}: imports {n}" for n in names
                          if n.split(".")[0] in fixtures or n == "grader.__main__"]
     assert not problems, "\n".join(problems)
+
+
+def test_the_case_tables_import_an_api_not_the_engine():
+    """grader/checks/<stem>.py declare cases (grader/cases.py) and compare values (grader/compare.py);
+    they never import the judge's engine, so a change there cannot reach a case table."""
+    offenders = []
+    for path in sorted((ROOT / "grader" / "checks").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if any(n in ("grader.judge", "grader.probe", "grader.session", "grader.autograde") for n in names):
+                offenders.append(f"{path.name}: {names}")
+    assert not offenders, offenders
