@@ -174,6 +174,48 @@ def bench_training(ns: dict, images: torch.Tensor, encoder_name: str, device: to
             "train_images_per_s": rate, "train_views_per_s": 2 * rate}
 
 
+# ---------------------------------------------------------------------------- the given one on a GPU
+def bench_given_on_gpu(ns: dict, images: torch.Tensor, device: torch.device, *, repeats: int = 10) -> dict:
+    """The core's given augmentation on a GPU (kornia) against the extension's ``augment_batch``: views/s
+    per call of 512 images, per call of a training loop's chunk (``vision.PLAN_CHUNK_IMAGES`` images, two
+    views each, as ``vision.train_loop`` asks for them), and SimCLR training images/s of ResNet-18 (bf16,
+    channels-last, batch 512) through ``vision.train_loop`` with each augmentation."""
+    def rate(fn, x, n_views):
+        gen = torch.Generator(device=device).manual_seed(0)
+        fn(x, gen)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            fn(x, gen)
+        torch.cuda.synchronize()
+        return repeats * n_views / (time.perf_counter() - start)
+
+    pool = images.to(device)
+    batch = pool[:512]
+    chunk = pool[torch.arange(2 * vision.PLAN_CHUNK_IMAGES, device=device) % len(pool)]
+    given = lambda x, g: vision.simclr_augment(x, g, batched=True)  # noqa: E731
+    out = {"given_kornia_views_per_s_512": rate(given, batch, 512),
+           "given_kornia_views_per_s_chunk": rate(given, chunk, len(chunk)),
+           "augment_batch_views_per_s_512": rate(ns["augment_batch"], batch, 512), "chunk_views": len(chunk)}
+    for name, augment in (("given", None), ("augment_batch", ns["augment_batch"])):
+        torch.manual_seed(0)
+        encoder = vision.make_encoder("resnet18", device=device, channels_last=True)
+        head = ns["ProjectionHead"](512, 1024, 128).to(device)
+        opt = torch.optim.SGD([*encoder.parameters(), *head.parameters()], lr=0.1, momentum=0.9)
+        gen = torch.Generator(device=device).manual_seed(0)
+
+        def step(x, _labels, augment=augment):
+            return ns["simclr_train_step"](encoder, head, opt, x, augment=augment, generator=gen,
+                                           autocast_dtype=torch.bfloat16)
+
+        history = vision.train_loop(step, {"encoder": encoder, "head": head}, opt, pool, epochs=2,
+                                    batch_size=512, desc=f"train_loop, {name}")
+        out[f"train_loop_images_per_s_{name}"] = len(pool) // 512 * 512 / history["epoch_seconds"][-1]  # epoch 2
+    out["given_over_augment_batch_in_training"] = out["train_loop_images_per_s_given"] / out[
+        "train_loop_images_per_s_augment_batch"]
+    return out
+
+
 # ---------------------------------------------------------------------------------- cpu preset run
 CPU_BUDGET_SECONDS = 15 * 60   # the whole notebook, on 2 cores
 CPU_TARGET_ACCURACY = 0.60     # linear probe of the SimCLR encoder on the CIFAR-10 test set
@@ -321,6 +363,12 @@ def main(argv=None) -> int:
         report["gpu"] = torch.cuda.get_device_name()
         print(f"training (resnet18, {report['gpu']}, bf16, channels-last, batch 512): "
               f"{report['training_gpu']['train_images_per_s']:,.0f} images/s")
+        report["given_on_gpu"] = g = bench_given_on_gpu(ns, _images(args.cifar, 16_384)[0], torch.device("cuda"))
+        print(f"given augmentation on the GPU (kornia): {g['given_kornia_views_per_s_512']:,.0f} views/s per call of "
+              f"512, {g['given_kornia_views_per_s_chunk']:,.0f} per call of {g['chunk_views']:,}; augment_batch "
+              f"{g['augment_batch_views_per_s_512']:,.0f} per call of 512; train_loop with the given "
+              f"{g['train_loop_images_per_s_given']:,.0f} images/s, with augment_batch "
+              f"{g['train_loop_images_per_s_augment_batch']:,.0f} ({g['given_over_augment_batch_in_training']:.2f}x)")
     else:
         report["training_gpu"] = "not measured: no CUDA device in this run"
     if args.cpu_preset:

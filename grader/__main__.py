@@ -4,8 +4,10 @@ Verbs:
   release              regenerate notebooks/ex01 (the student release) from solutions/ex01
   bundle               write build/bundle/ex01-student/ and its zip: what a lecturer hands out
                        (release notebooks, utils/, data/, its own README, packaging and pack.sh)
-  collect PATH         import submissions (zips named by student id, student folders, or
-                       <student>__<notebook>.ipynb files) into grading/submitted/
+  collect PATH         import submissions (zips named by student id, student folders,
+                       <student>__<notebook>.ipynb files, or a Canvas / Moodle bulk download) into
+                       grading/submitted/, with each submission's time (--times CSV, else the files');
+                       --deadline ISO8601+zone and --late-penalty none|zero|per-hour:P for export
   autograde            grade everyone (or --student ID), --workers N in parallel, each notebook in
                        a sandboxed kernel with a per-cell timeout and a memory cap; run it again after
                        a crash to resume (students graded with the same inputs are skipped; --regrade);
@@ -13,7 +15,12 @@ Verbs:
                        shard of the class into grading/shards/I-of-N/
   merge-shards [DIRS]  merge the shards' gradebooks, status files and autograded notebooks into grading/
                        (refuses shards of other seeds or assignments; names the students missing)
-  export               grading/grades.csv: one row per student with status and reason
+  export               grading/grades.csv: one row per student with status and reason, submission
+                       time, minutes late and late penalty; --lms canvas|moodle --roster R --to FILE
+                       also writes the LMS's grade import CSV (grader/lms.py)
+  similarity           pairwise similarity of the students' answer cells (code and written answers;
+                       the release's given code and the solution do not count): HTML report + CSV under
+                       grading/similarity/; reports only, never changes points
   feedback             grading/feedback/<student>/ex01/*.html, hidden tests removed
   mutants              judge the plausible wrong answers in grader/mutants/ over 20 seeds
                        and report the kill rate per notebook
@@ -83,12 +90,19 @@ def cmd_collect(args) -> int:
     from .collect import collect
 
     course = _course(args)
-    results = collect(course, Path(args.path))
+    results = collect(course, Path(args.path), times=Path(args.times) if args.times else None,
+                      deadline=args.deadline, late_penalty=args.late_penalty)
     rows = [[r.student, len(r.notebooks), "UNREADABLE" if r.unreadable else "ok", "; ".join(r.problems) or "-"]
             for r in results]
     print(table(rows, ["student", "notebooks", "state", "problems"]))
     print(f"collected {sum(not r.unreadable for r in results)} of {len(results)} submissions into "
           f"{course.grading / 'submitted'}")
+    timed = [r for r in results if r.submitted_at]
+    if results:
+        sources = _count(r.time_source.split(" (")[0] for r in timed)
+        print(f"submission times: {len(timed)} of {len(results)}" + (f" ({sources})" if timed else "")
+              + ("; no time for: " + ", ".join(r.student for r in results if not r.submitted_at)
+                 if len(timed) < len(results) else ""))
     return 0
 
 
@@ -155,7 +169,11 @@ def cmd_export(args) -> int:
     from .feedback import export
 
     course = _course(args)
-    out, rows = export(course, Path(args.to) if args.to else None)
+    if args.lms and not (args.roster and args.to):
+        print("--lms needs --roster (the LMS's own roster export) and --to (the LMS import file to write)", file=sys.stderr)
+        return 1
+    out, rows = export(course, Path(args.to) if args.to and not args.lms else None,
+                       deadline=args.deadline, late_penalty=args.late_penalty)
 
     def part(r, tier):   # e.g. "31/61" (autograded and manual points of the tier so far)
         return f"{r[tier + '_score']:g}/{r[tier + '_max']:g}" if r[tier + "_max"] != "" else "-"
@@ -165,6 +183,24 @@ def cmd_export(args) -> int:
                   part(r, "extension"), r["reason"] or "-"] for r in rows],
                 ["student", "status", "autograded", "manual", "core", "extensions", "reason"]))
     print(f"wrote {len(rows)} rows to {out}: {_count(r['status'] for r in rows)}")
+    late = [r for r in rows if r.get("minutes_late") not in ("", 0, "unknown")]
+    unknown = [r["student_id"] for r in rows if r.get("minutes_late") == "unknown"]
+    if late or unknown:
+        print(f"late: {len(late)} (" + ", ".join(f"{r['student_id']} {r['minutes_late']} min, -{r['late_penalty']:g}"
+                                                  for r in late) + ")"
+              + (f"; NO SUBMISSION TIME (not counted on time, check by hand): {', '.join(unknown)}" if unknown else ""))
+    if args.lms:
+        from .lms import export_lms
+
+        done = export_lms(course, rows, args.lms, Path(args.roster), Path(args.to), assignment=args.assignment,
+                          moodle_key=args.moodle_key)
+        print(f"{args.lms}: wrote {done.rows} rows to {done.path} (column '{done.column}')")
+        for note in done.notes:
+            print(f"{args.lms}: {note}")
+        if done.not_in_roster:
+            print(f"{args.lms}: NOT IN THE ROSTER (no grade written): {', '.join(done.not_in_roster)}")
+        if done.no_submission:
+            print(f"{args.lms}: in the roster without a submission (left blank): {', '.join(done.no_submission)}")
     return 0
 
 
@@ -178,6 +214,20 @@ def cmd_feedback(args) -> int:
     print(table(rows, ["student", "feedback pages", "problems"]))
     print(f"feedback for {len(done)} students in {course.grading / 'feedback'} (checked: no hidden test source)"
           + (f"; {len(problems)} with problems (see the table)" if problems else ""))
+    return 0
+
+
+def cmd_similarity(args) -> int:
+    from .similarity import similarity
+
+    course = _course(args)
+    report = similarity(course, out=Path(args.out) if args.out else None, threshold=args.threshold,
+                        top=args.top)
+    rows = [[f"{p.a} / {p.b}", f"{100 * p.score:.0f} %", p.notebook_summary()] for p in report.pairs[:args.show]]
+    print(table(rows, ["pair", "similarity", "where"]))
+    print(f"{report.students} students, {report.compared} pairs compared in {report.seconds:.0f} s; "
+          f"{report.flagged} pairs at or above {100 * args.threshold:.0f} %: {report.html} (and {report.csv}). "
+          "A lead for a TA to read, not a verdict: no points change.")
     return 0
 
 
@@ -214,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pack-url", help="URL (or local path) of the zip for Colab setup cells (default: grader/bundle.toml)")
     p = sub.add_parser("collect", help="import submissions from a folder")
     p.add_argument("path")
+    p.add_argument("--times", help="CSV of submission times (columns student, submitted_at: ISO 8601 with zone)")
+    p.add_argument("--deadline", help="the deadline, ISO 8601 with a time zone (e.g. 2026-11-20T23:59:00+01:00); "
+                                      "stored for export")
+    p.add_argument("--late-penalty", help="none (default) | zero | per-hour:P, as nbgrader's LateSubmissionPlugin")
     p = sub.add_parser("autograde", help="grade all (or some) students")
     p.add_argument("--student", action="append", help="grade only this student (repeatable)")
     p.add_argument("--workers", type=int, default=1)
@@ -240,7 +294,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--allow-missing", action="store_true",
                    help="merge the graded students even when some shard has not graded all of its own")
     p = sub.add_parser("export", help="write the grades CSV")
-    p.add_argument("--to", help="CSV path (default grading/grades.csv)")
+    p.add_argument("--to", help="CSV path (default grading/grades.csv); with --lms: the LMS import file")
+    p.add_argument("--deadline", help="override collect's --deadline (ISO 8601 with a time zone)")
+    p.add_argument("--late-penalty", help="override collect's --late-penalty (none | zero | per-hour:P)")
+    p.add_argument("--lms", choices=["canvas", "moodle"], help="also write this LMS's grade import CSV to --to")
+    p.add_argument("--roster", help="the LMS's roster export (Canvas gradebook CSV; Moodle participants CSV)")
+    p.add_argument("--assignment", default="ex01", help="the LMS's assignment column / grade item (default ex01)")
+    p.add_argument("--moodle-key", default="email", choices=["email", "idnumber", "username"],
+                   help="the Moodle identifier column (default email)")
+    p = sub.add_parser("similarity", help="similarity report of the students' answers (never changes points)")
+    p.add_argument("--out", help="report folder (default grading/similarity)")
+    p.add_argument("--threshold", type=float, default=0.5, help="flag pairs at or above this similarity (default 0.5)")
+    p.add_argument("--top", type=int, default=100, help="pairs shown side by side in the HTML (default 100)")
+    p.add_argument("--show", type=int, default=15, help="pairs printed here (default 15)")
     p = sub.add_parser("feedback", help="write feedback HTML")
     p.add_argument("--student", action="append")
     p = sub.add_parser("mutants", help="mutation-test the judge's cases")
@@ -250,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("folder", nargs="?", help="folder of source notebooks (default solutions/ex01)")
     args = parser.parse_args(argv)
     handler = {"release": cmd_release, "bundle": cmd_bundle, "collect": cmd_collect, "autograde": cmd_autograde,
-               "merge-shards": cmd_merge_shards, "export": cmd_export,
+               "merge-shards": cmd_merge_shards, "export": cmd_export, "similarity": cmd_similarity,
                "feedback": cmd_feedback, "mutants": cmd_mutants, "tiers": cmd_tiers}[args.verb]
     try:
         return handler(args)

@@ -26,6 +26,7 @@ static audit (grader/audit.py) for the TA, and the judge's points stand.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -43,7 +45,8 @@ from pathlib import Path
 from . import ASSIGNMENT
 from .course import COURSE_ID, Course, add_students, snapshot_db, sync_assignment
 from . import judge as judging
-from .sandbox import describe, join_cgroup, nproc_limit, pids_cgroup, protections, remove_cgroup
+from .sandbox import (cgroup_protections, describe, join_cgroup, nproc_limit, protections, remove_cgroup,
+                      student_cgroups)
 from .submissions import Unreadable, prepare
 from utils.notebook_cells import cell_role, cell_source, grade_id, nbgrader_meta
 
@@ -80,6 +83,8 @@ class Settings:
         mode = self.mode()
         prot["filesystem"] = mode == "bwrap"
         prot["network"] = mode in ("bwrap", "unshare")
+        groups = cgroup_protections()
+        prot["cpu_cgroup"], prot["memory_cgroup"] = groups["cpu"], groups["memory"]
         return prot
 
 
@@ -168,20 +173,32 @@ def grade_student(course: Course, student: str, notebooks: list[str], settings: 
         jobs.append(_Job(notebook, restore_locked_cells(prepared.notebook, release), release, result))
     if jobs:
         scratch = Path(tempfile.mkdtemp(prefix=f"{student}-", dir=workroot))
-        cgroup = pids_cgroup(scratch.name)
+        # pids, CPU (the worker's share of the cores) and memory (all the session's processes together)
+        cgroup = student_cgroups(scratch.name, cpus=settings.threads(),
+                                 mem_bytes=int(settings.mem_gb * 1024 ** 3) + SESSION_MEMORY)
         try:
             records, tail = _run_session(student, jobs, settings, scratch, course, cgroup)
         finally:
             remove_cgroup(cgroup)
-        infra = not any(r.get("kind") in ("cell", "header") for r in records)
+        # "infra": the sandbox never started (no "ready" record, sent before any student code runs):
+        # the grader's fault, graded again by the next run. Anything after that is the student's.
+        infra = not any(r.get("kind") == "ready" for r in records)
+        from .feedback import secret_strings
+
+        secrets = secret_strings(settings.seed or 0, [job.notebook for job in jobs])
         for job in jobs:
             job.result.scratch = scratch / job.notebook
             job.result.scratch.mkdir()
             job.result.infra = infra
             mine = [r for r in records if r.get("stem") == job.notebook or r.get("kind") == "void"]
-            executed = _full_run_result(job, mine, tail, settings)
-            verdict = _verdict(job, mine, tail, settings, references.get(job.notebook))
-            _apply_verdict(course, job.notebook, verdict, executed, job.result)
+            try:
+                executed = _full_run_result(job, mine, "" if not infra else tail, settings, secrets)
+                verdict = _verdict(job, mine, tail, settings, references.get(job.notebook))
+                _apply_verdict(course, job.notebook, verdict, executed, job.result)
+            except Exception as exc:  # noqa: BLE001 - this notebook's content tripped the grader: it alone
+                job.result.status, job.result.grades, job.result.autograded = "review", None, None
+                job.result.reasons.append(f"{job.notebook}: the grader could not process this notebook's results "
+                                          f"({exc.__class__.__name__}); 0 autograded points; look at it by hand")
         shutil.rmtree(scratch / "session", ignore_errors=True)
     elapsed = time.monotonic() - started
     graded = [j.result for j in jobs]
@@ -262,36 +279,154 @@ DEMO_NOTE = ("[grader] The course's demonstration code in this cell was not re-r
              "no point: the judge grades your functions). The outputs below are the ones you submitted.\n")
 
 
-def _run_session(student: str, jobs: list[_Job], settings: Settings, scratch: Path, course: Course,
-                 cgroup) -> tuple[list[dict], str]:
-    """Run grader/session.py for ``jobs`` in the student's sandbox; (records, the tail of its stderr)."""
-    from .sandbox import session_prefix
-
-    work = scratch / "session" / "work"
-    work.mkdir(parents=True)
-    for job in jobs:   # what the student's code sees in its working folder: its own notebooks
-        shutil.copy(course.folder("submitted", student) / f"{job.notebook}.ipynb", work / f"{job.notebook}.ipynb")
-    threads = settings.threads()
-    env = judging._harness_env(threads)
-    env["LAS_KERNEL_LIMITS"] = json.dumps(_limits(settings))
-    prefix = session_prefix(settings.mode(), work, env, overlay=protections()["overlay"])
+def session_plan(jobs: list[_Job], settings: Settings, threads: int) -> dict:
+    """What the sandboxed session gets on stdin: per notebook its cells and the judge's plan with the
+    per-case seeds. The run's label is its index, never the batch's seed: nothing in the sandbox holds
+    the seed (a stack walk in a notebook once printed it into the feedback)."""
     notebooks = []
     for job in jobs:
-        runs = judging.case_runs([settings.seed or 0], job.notebook)
+        runs = [{"label": i, "case_seeds": run["case_seeds"]}
+                for i, run in enumerate(judging.case_runs([settings.seed or 0], job.notebook))]
         notebooks.append({"stem": job.notebook, "cells": _session_cells(job.graded, job.release, settings.full_run), "judge": {
             "runs": runs, "isolate": "case", "case_timeout": settings.cell_timeout,
             "budget": settings.judge_budget, "load_seconds": settings.load_seconds,
             "statement_seconds": min(30, settings.load_seconds), "groups": judging.case_groups(job.notebook),
             "variants": {"student": judging.notebook_cells(job.release, job.graded)}}})
-    plan = {"notebooks": notebooks, "cell_timeout": settings.cell_timeout, "threads": threads,
+    return {"notebooks": notebooks, "cell_timeout": settings.cell_timeout, "threads": threads,
             "notebook_timeout": settings.notebook_timeout, "judge_budget": settings.judge_budget,
             "max_output_lines": settings.max_output_lines, "setup_seconds": SETUP_SECONDS,
             "full_run": settings.full_run}
+
+
+def session_command(settings: Settings, work: Path, threads: int) -> tuple[list[str], dict]:
+    """(argv, environment) that start one student's session in the sandbox."""
+    from .sandbox import session_prefix
+
+    env = judging._harness_env(threads)
+    env["LAS_KERNEL_LIMITS"] = json.dumps(_limits(settings))
+    prefix = session_prefix(settings.mode(), work, env, overlay=protections()["overlay"])
     outer_env = dict(env) if not prefix or prefix[0] != "bwrap" else {"PATH": os.environ.get("PATH", "")}
+    return [*prefix, sys.executable, "-m", "grader.session", "-"], outer_env
+
+
+def _run_session(student: str, jobs: list[_Job], settings: Settings, scratch: Path, course: Course,
+                 cgroup) -> tuple[list[dict], str]:
+    """Run grader/session.py for ``jobs`` in the student's sandbox; (records, the tail of its stderr)."""
+    work = scratch / "session" / "work"
+    work.mkdir(parents=True)
+    for job in jobs:   # what the student's code sees in its working folder: its own notebooks
+        shutil.copy(course.folder("submitted", student) / f"{job.notebook}.ipynb", work / f"{job.notebook}.ipynb")
+    threads = settings.threads()
+    plan = session_plan(jobs, settings, threads)
+    cmd, env = session_command(settings, work, threads)
     # the session keeps each notebook to its limits itself; this is the backstop
     timeout = 60 + len(jobs) * (settings.notebook_timeout + settings.judge_budget + SETUP_SECONDS)
-    return judging.run_harness(plan, workdir=work, command_prefix=prefix, env=outer_env, timeout=timeout,
-                               threads=threads, preexec_fn=join_cgroup(cgroup), module="grader.session")
+    return run_sandboxed(cmd, plan, workdir=work, env=env, timeout=timeout,
+                         preexec_fn=join_cgroup(cgroup), stems=[job.notebook for job in jobs])
+
+
+#: Full-run outputs kept per student session: past this, a cell's outputs are replaced by a note (the
+#: judge's records still count). Caps drop output, never grades.
+OUTPUT_BYTES = 64 * 1024 ** 2
+#: Everything else one session may send (the judge's records): past this the session is stopped, and
+#: only the notebooks it had finished count.
+RECORD_BYTES = 1024 ** 3
+
+
+def run_sandboxed(cmd: list[str], plan: dict, *, workdir: Path, env: dict, timeout: float, preexec_fn=None,
+                  stems: list[str] = ()) -> tuple[list[dict], str]:
+    """Run one session (``cmd``, the plan on stdin) and collect its numbered records; (records, the tail
+    of its stderr). Records count only in sequence (0, 1, 2, ...): at the first break (a forged or
+    lost record, a session killed at the backstop ``timeout``), every notebook that had not sent its
+    ``notebook_done`` gets a ``notebook_void`` record; the notebooks before it stand."""
+    records: list[dict] = []
+    problem = ""
+    with tempfile.TemporaryFile(dir=workdir) as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE,
+                                cwd=workdir, env=env, start_new_session=True, preexec_fn=preexec_fn)
+        timer = threading.Timer(timeout, judging._kill_group, args=(proc,))
+        timer.start()
+        try:
+            proc.stdin.write(json.dumps(plan).encode())
+            proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+        outputs = others = 0
+        try:
+            while True:
+                line = proc.stdout.readline(judging.MAX_RECORD_BYTES + 1)
+                if not line:
+                    break
+                if len(line) > judging.MAX_RECORD_BYTES or not line.endswith(b"\n"):
+                    problem = "the session sent a record longer than the grader accepts"
+                    break
+                try:
+                    rec = json.loads(line)
+                except (ValueError, RecursionError):
+                    rec = None
+                if not isinstance(rec, dict) or rec.get("seq") != len(records):
+                    problem = f"record {len(records)} is out of sequence (a forged, lost or malformed record)"
+                    break
+                if rec.get("kind") == "cell":
+                    outputs += len(line)
+                    if outputs > OUTPUT_BYTES:
+                        rec["outputs"] = [{"output_type": "stream", "name": "stderr", "text":
+                                           f"[grader] The outputs of this cell were dropped: the notebooks printed "
+                                           f"more than {OUTPUT_BYTES >> 20} MiB in all\n"}]
+                else:
+                    others += len(line)
+                    if others > RECORD_BYTES:
+                        problem = f"the session sent more than {RECORD_BYTES >> 20} MiB of records"
+                        break
+                records.append(rec)
+        finally:
+            timer.cancel()
+            if problem:
+                judging._kill_group(proc)
+            try:
+                returncode = proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                judging._kill_group(proc)
+                returncode = proc.wait()
+            judging._kill_group(proc)  # whatever the run left behind
+        err.seek(0, 2)
+        size = err.tell()
+        err.seek(max(0, size - 4000))
+        tail = err.read().decode("utf-8", "replace")
+    if not problem:
+        if not records or records[-1].get("kind") != "done":
+            problem = "the session did not finish (killed at the grader's time limit, or it crashed)"
+        elif returncode != 0:
+            problem = f"the session exited with status {returncode}"
+    if problem:
+        finished = {r.get("stem") for r in records if r.get("kind") in ("notebook_done", "notebook_void")}
+        records += [{"kind": "notebook_void", "stem": stem, "problem": problem} for stem in stems
+                    if stem not in finished]
+    return records, tail
+
+
+#: A session's memory cgroup holds ``mem_gb`` (each process's own cap) plus this, for the libraries
+#: every process of the session maps (torch, transformers) and the page cache it fills.
+SESSION_MEMORY = 4 * 1024 ** 3
+#: Load per core above which a student whose checks timed out is graded again by the next run (only
+#: where no CPU cgroup keeps students apart), at most OVERLOAD_RETRIES times.
+OVERLOAD = 1.5
+OVERLOAD_RETRIES = 2
+
+
+def _overloaded(results: list, prot: dict) -> str:
+    """Why the checks of a student that timed out may be the machine's fault ("" when they are not):
+    no per-student CPU cgroup, and more runnable processes than cores over the last minute."""
+    timed = any(r.verdict is not None and any(not c.passed and ("did not finish" in c.message or
+                                                                "was used up" in c.message)
+                                              for c in r.verdict.cases) for r in results)
+    if not timed or prot.get("cpu_cgroup"):
+        return ""
+    try:
+        load = os.getloadavg()[0] / max(1, os.cpu_count() or 1)
+    except OSError:
+        return ""
+    return f"load {load:.1f} per core" if load > OVERLOAD else ""
 
 
 #: Seconds a notebook's setup cell (imports, the model suite) may take inside a session.
@@ -406,9 +541,81 @@ def _audit(nb: dict, notebook: str, result: NotebookResult, release_path: Path |
         result.audit = [f"{f.cell} line {f.line}: {f.what}: {f.code}" for f in findings[:50]]
 
 
-def _full_run_result(job: _Job, records: list[dict], tail: str, settings: Settings) -> Path | None:
+#: Caps on the outputs a student SUBMITTED under a demonstration cell (shown, never run, never evidence).
+SUBMITTED_OUTPUTS = 20
+SUBMITTED_TEXT = 20_000          # characters of text per cell
+SUBMITTED_IMAGE = 1024 ** 2      # characters of base64 per image, and 2 MiB per cell in all
+SUBMITTED_IMAGES = 2 * 1024 ** 2
+
+
+def _submitted_outputs(outputs, secrets: tuple = ()) -> list[dict]:
+    """What a student submitted under a demonstration cell, as untrusted text and images: streams and
+    plain text (capped), PNG/JPEG images (capped), an error as plain stderr text (never an error
+    output, so nothing reads it as the full run's); no HTML, markdown, SVG or script (no overlay, no
+    external image or link), never more than :data:`SUBMITTED_OUTPUTS` outputs."""
+    from .feedback import BASE64, _text, scrub_value
+
+    kept: list[dict] = []
+    text_left, image_left = SUBMITTED_TEXT, SUBMITTED_IMAGES
+    dropped = 0
+
+    def text_of(value) -> str:
+        nonlocal text_left
+        value = _text(value) or ""
+        cut, text_left = value[:max(text_left, 0)], text_left - len(value)
+        return cut
+    for out in outputs if isinstance(outputs, list) else []:
+        if not isinstance(out, dict) or len(kept) >= SUBMITTED_OUTPUTS or text_left <= 0:
+            dropped += 1
+            continue
+        kind = out.get("output_type")
+        if kind == "stream":
+            kept.append({"output_type": "stream", "name": "stderr" if out.get("name") == "stderr" else "stdout",
+                         "text": text_of(out.get("text"))})
+        elif kind == "error":
+            kept.append({"output_type": "stream", "name": "stderr",
+                         "text": text_of(f"{out.get('ename', '')}: {out.get('evalue', '')}"[:2000]) + "\n"})
+        elif kind in ("display_data", "execute_result"):
+            data = out.get("data") if isinstance(out.get("data"), dict) else {}
+            shown = {}
+            for mime in ("image/png", "image/jpeg"):
+                image = _text(data.get(mime))
+                if image and len(image) <= min(SUBMITTED_IMAGE, image_left) and BASE64.fullmatch(image):
+                    shown[mime] = image
+                    image_left -= len(image)
+                    break
+            if _text(data.get("text/plain")) is not None:
+                shown["text/plain"] = text_of(data["text/plain"])
+            if shown:
+                kept.append({"output_type": "display_data", "data": shown, "metadata": {}})
+            else:
+                dropped += 1
+        else:
+            dropped += 1
+    if dropped:
+        kept.append({"output_type": "stream", "name": "stderr",
+                     "text": f"[grader] {dropped} more submitted output(s) not shown (too large, or HTML/scripts)\n"})
+    return scrub_value(kept, secrets)
+
+
+def _run_output(out: dict) -> bool:
+    return isinstance(out, dict) and out.get("output_type") in ("stream", "display_data", "execute_result", "error")
+
+
+def write_notebook(path: Path, nb: dict) -> None:
+    """An executed notebook as the grader writes it: ASCII JSON, so a lone surrogate a student printed
+    (``print("\\ud800")``) is stored escaped instead of making the file unwritable."""
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=True), encoding="utf-8")
+
+
+def _full_run_result(job: _Job, records: list[dict], tail: str, settings: Settings,
+                     secrets: tuple = ()) -> Path | None:
     """The executed notebook from the session's cell records (written to the job's scratch folder),
-    and the full run's status (timeouts, a dead process, memory-cap hits) in ``job.result``."""
+    and the full run's status (timeouts, a dead process, memory-cap hits) in ``job.result``. Every
+    output is scrubbed of the batch's seeds; the statuses come from the session's own observations
+    (the ``full_run`` record), never from what an output says."""
+    from .feedback import scrub_value
+
     result, notebook = job.result, job.notebook
     result.log = tail
     nb = json.loads(json.dumps(job.graded))
@@ -417,15 +624,16 @@ def _full_run_result(job: _Job, records: list[dict], tail: str, settings: Settin
     for i in roles:   # a cell the full run did not reach shows no output
         nb["cells"][i]["outputs"], nb["cells"][i]["execution_count"] = [], None
     executed_cells = 0
+    run_outputs: dict[int, list] = {}
     for rec in records:
         if rec.get("kind") == "cell" and rec.get("index") in roles and isinstance(rec.get("outputs"), list):
             i = rec["index"]
-            outputs = rec["outputs"]
+            outputs = scrub_value([o for o in rec["outputs"] if _run_output(o)][:100], secrets)
+            run_outputs[i] = outputs
             if roles[i] == "demo":
-                kept = submitted[i] if isinstance(submitted[i], list) else []
-                outputs = [*outputs, {"output_type": "stream", "name": "stdout", "text": DEMO_NOTE}, *kept]
-            nb["cells"][i]["outputs"] = [o for o in outputs if isinstance(o, dict) and o.get("output_type") in
-                                         ("stream", "display_data", "execute_result", "error")][:100]
+                outputs = [*outputs, {"output_type": "stream", "name": "stdout", "text": DEMO_NOTE},
+                           *_submitted_outputs(submitted[i], secrets)]
+            nb["cells"][i]["outputs"] = outputs
             count = rec.get("execution_count")
             nb["cells"][i]["execution_count"] = count if isinstance(count, int) and roles[i] != "demo" else None
             executed_cells += 1
@@ -456,11 +664,12 @@ def _full_run_result(job: _Job, records: list[dict], tail: str, settings: Settin
                                  f"(os._exit, a crash, or the {settings.mem_gb:g} GB memory cap); look at it by hand")
         result.full_run_reason = result.reasons[0]
     result.full_run_ok = status == "ok"
+    interrupted = full.get("interrupted") if isinstance(full, dict) and isinstance(full.get("interrupted"), list) else []
+    _inspect_outputs(nb, run_outputs, interrupted, result, settings)
     if not executed_cells:
         return None
     executed = result.scratch / f"{notebook}.ipynb"
-    executed.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
-    _inspect_outputs(executed, result, settings)
+    write_notebook(executed, nb)
     result.autograded = executed
     return executed
 
@@ -568,7 +777,7 @@ def _annotate(executed: Path, verdict) -> None:
             if gid in verdict.points and cell.get("cell_type") == "code":
                 cell.setdefault("outputs", []).append(
                     {"output_type": "stream", "name": "stdout", "text": verdict.cell_report(gid) + "\n"})
-        executed.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
+        write_notebook(executed, nb)
     except (OSError, ValueError, KeyError, TypeError):
         pass
 
@@ -577,28 +786,23 @@ def _worse(a: str, b: str) -> str:
     return min(a, b, key=STATUS_ORDER.index)
 
 
-def _inspect_outputs(executed: Path, result: NotebookResult, settings: Settings) -> None:
-    """Timeouts and memory errors of the full run, read back from the executed notebook."""
-    nb = json.loads(executed.read_text(encoding="utf-8"))
-    timed_out: set[str] = set()
-    for i, cell in enumerate(nb["cells"]):
-        where = grade_id(cell) or f"cell {i}"
-        for out in cell.get("outputs", []):
+def _inspect_outputs(nb: dict, run_outputs: dict[int, list], interrupted: list, result: NotebookResult,
+                     settings: Settings) -> None:
+    """Timeouts and memory errors of the full run: the cells the session itself interrupted at their
+    time limit (``interrupted``, its own clock), and MemoryErrors among the outputs the full run made
+    (``run_outputs``; never the outputs a student submitted under a demonstration cell)."""
+    for index in dict.fromkeys(i for i in interrupted if isinstance(i, int)):
+        result.status = _worse(result.status, "timed out")
+        result.reasons.append(f"{_cell_name(nb, index) or 'a cell'} ran past {settings.cell_timeout} s and was "
+                              "interrupted in the full run")
+    for index, outputs in run_outputs.items():
+        for out in outputs:
             if out.get("output_type") == "error":
                 ename, evalue = str(out.get("ename", "")), str(out.get("evalue", ""))
-                if ename in ("CellTimeoutError", "KeyboardInterrupt", "TimeoutError") or "Timeout" in ename:
-                    result.status = _worse(result.status, "timed out")
-                    if where in timed_out:
-                        continue
-                    timed_out.add(where)
-                    result.reasons.append(f"{where} ran past {settings.cell_timeout} s and was interrupted "
-                                          "in the full run")
-                elif ename == "MemoryError" or "can't allocate memory" in evalue or "out of memory" in evalue.lower():
-                    result.reasons.append(f"{where} hit the {settings.mem_gb:g} GB memory cap")
-    if "Timeout waiting for execute reply" in result.log and not any("interrupted" in r for r in result.reasons):
-        result.status = _worse(result.status, "timed out")
-        result.reasons.append(f"a cell ran past {settings.cell_timeout} s and was interrupted")
-
+                if ename == "MemoryError" or "can't allocate memory" in evalue or "out of memory" in evalue.lower():
+                    result.reasons.append(f"{_cell_name(nb, index) or 'a cell'} hit the {settings.mem_gb:g} GB "
+                                          "memory cap")
+                    break
 
 # ----------------------------------------------------------------------------- merging
 def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
@@ -632,17 +836,22 @@ def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
                 comment.auto_comment = result.comments[comment.cell.name]
         gb.db.commit()
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if result.autograded is not None and result.autograded.exists():
+    if dest.is_symlink() or (dest.exists() and not dest.is_file()):
+        dest.unlink()
+    if result.autograded is not None and result.autograded.is_file() and not result.autograded.is_symlink():
         from .feedback import strip_active_outputs
 
-        # formgrader shows this copy in the TA's browser: nothing of the student's may run there
+        # formgrader shows this copy in the TA's browser: nothing of the student's may run there. A
+        # notebook that cannot be cleaned (whatever the reason) is not copied: the TA reads the reason.
         try:
             executed = json.loads(result.autograded.read_text(encoding="utf-8"))
-            result.autograded.write_text(json.dumps(strip_active_outputs(executed), ensure_ascii=False),
-                                         encoding="utf-8")
-        except (OSError, ValueError, TypeError, AttributeError):
-            pass
-        shutil.copy(result.autograded, dest)
+            write_notebook(result.autograded, strip_active_outputs(executed))
+            shutil.copyfile(result.autograded, dest, follow_symlinks=False)
+        except Exception as exc:  # noqa: BLE001 - one student's content never stops the batch
+            dest.unlink(missing_ok=True)
+            result.reasons.append(f"{result.notebook}: the executed notebook could not be made safe to show "
+                                  f"({exc.__class__.__name__}); it is not in autograded/, look at the submission by hand")
+            result.status = _worse(result.status, "review")
     elif dest.exists():
         dest.unlink()  # never leave an older run's notebook behind for feedback
     return score, max_score
@@ -674,7 +883,7 @@ def _insert_rubrics(executed: Path, source: Path) -> None:
                 cells.append({"cell_type": "markdown", "metadata": {"tags": [RUBRIC_TAG]},
                               "source": rubrics.pop(gid)})
         nb["cells"] = cells
-        executed.write_text(json.dumps(nb, indent=1, ensure_ascii=False), encoding="utf-8")
+        write_notebook(executed, nb)
     except (OSError, ValueError, KeyError, TypeError):
         pass
 
@@ -722,6 +931,7 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
     started = time.monotonic()
     worker_seconds = 0.0
     workroot = Path(tempfile.mkdtemp(prefix="las-autograde-"))
+    sigterm = _sigterm_as_interrupt()   # scancel, kill, preemption: clean up as after Ctrl-C
     tqdm_bar = None
     try:
         if bar and todo:
@@ -742,9 +952,10 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
             release = json.loads((course.release / f"{nb}.ipynb").read_text(encoding="utf-8"))
             solution = json.loads((course.source / f"{nb}.ipynb").read_text(encoding="utf-8"))
             references[nb] = judging.reference_records(nb, release, solution, settings.seed, workroot,
-                                                       threads=settings.threads())
+                                                       threads=settings.threads(),
+                                                       cache_dir=course.grading / "cache")
         ran: list[NotebookResult] = []
-        with ThreadPoolExecutor(max(1, settings.workers)) as pool:
+        with ThreadPoolExecutor(max(1, settings.workers)) as pool, _cancel_pending_on_error(pool):
             futures = {pool.submit(grade_student, course, s, notebooks, settings, snapshot, workroot, references): s
                        for s in todo}
             for done, future in enumerate(as_completed(futures), 1):
@@ -757,15 +968,32 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
                                               reasons=[f"{nb}: grading failed: {exc.__class__.__name__}: {exc}"])
                                for nb in notebooks]
                     finished = False   # the grader's fault, not the student's: the next run tries again
+                retries = course.read_json("status", s).get("overload_retries", 0)
+                retries = retries if isinstance(retries, int) else OVERLOAD_RETRIES
+                overload = _overloaded(results, prot) if finished and retries < OVERLOAD_RETRIES else ""
+                if overload:   # checks timed out on a busy machine: the next run grades this student again
+                    finished = False
+                    for res in results:
+                        res.reasons.append(f"{res.notebook}: checks timed out while the machine was overloaded "
+                                           f"({overload}); the next autograde run grades this student again")
                 invalidate(course, s)  # from here until the status is written, s is not finished
                 for res in results:
-                    res.score, res.max_score = merge(course, res)
+                    try:
+                        res.score, res.max_score = merge(course, res)
+                    except Exception as exc:  # noqa: BLE001 - one student's notebook never stops the batch
+                        res.status, res.grades, res.autograded = "review", None, None
+                        res.reasons.append(f"{res.notebook}: could not be merged into the gradebook "
+                                           f"({exc.__class__.__name__}); 0 autograded points; look at it by hand")
+                        res.score, res.max_score = merge(course, res)
                     worker_seconds += res.seconds
                     progress(f"[{done}/{len(todo)}] {s} {res.notebook}: {res.status} {res.score:g}/{res.max_score:g} "
                              f"({res.seconds:.0f} s)")
                 # written last: a status file with a fingerprint means every notebook above is merged
                 statuses[s] = record_statuses(course, {s: results}, prot,
                                               fingerprints={s: fingerprints[s]} if finished else None)[s]
+                if overload:
+                    statuses[s]["overload_retries"] = retries + 1
+                    course.write_json("status", s, statuses[s])
                 for res in results:
                     if res.scratch is not None:
                         shutil.rmtree(res.scratch, ignore_errors=True)
@@ -778,8 +1006,11 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
                 if tqdm_bar is not None:
                     tqdm_bar.update(1)
         if ran and all(r.infra for r in ran):
-            raise RuntimeError("no grading kernel started (sandbox mode "
-                               f"{settings.mode()!r}); try --sandbox none to check. nbgrader said:\n"
+            # infra: no session sent its first record, which comes before any student code runs, so the
+            # log is the sandbox's or Python's own (never a student's output)
+            raise RuntimeError(f"no grading session started (sandbox mode {settings.mode()!r}): the sandbox or "
+                               "the Python environment fails on this machine (check that `bwrap --unshare-all --ro-bind / / true` "
+                               "works and that the environment imports); the session said:\n"
                                + ran[0].log[-2000:])
         wall = time.monotonic() - started
         if todo:
@@ -794,6 +1025,34 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
         if tqdm_bar is not None:
             tqdm_bar.close()
         shutil.rmtree(workroot, ignore_errors=True)
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
+
+
+# ----------------------------------------------------------------------------- SIGTERM (grader/cluster)
+def _sigterm_as_interrupt():
+    """Make SIGTERM (Slurm's scancel and time limit, kill, a node's shutdown) raise KeyboardInterrupt
+    like Ctrl-C, once, so the batch's ``finally`` removes its las-autograde-* scratch folder; later
+    SIGTERMs are ignored while it cleans up. Returns the previous handler (None off the main thread,
+    where signal handlers cannot be set)."""
+    def interrupt(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt("SIGTERM")
+
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:
+        return None
+
+
+@contextlib.contextmanager
+def _cancel_pending_on_error(pool: ThreadPoolExecutor):
+    """On an interrupt, students not started yet are not started (the pool's own exit would run them)."""
+    try:
+        yield
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
 
 
 def _minutes(seconds: float) -> str:

@@ -160,7 +160,7 @@ def ensure_seed(grading: Path) -> int:
 
     path = Path(grading) / "judge-seed.txt"
     if not path.exists():
-        _link_new(path, f"{secrets.randbelow(2 ** 31 - 1)}\n")
+        _link_new(path, f"{secrets.randbelow(2 ** 62)}\n")
     return judging.judge_seed(path.parent)
 
 

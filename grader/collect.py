@@ -4,7 +4,13 @@
 
 * ``<student>.zip`` (LMS download, one archive per student; notebooks anywhere inside),
 * ``<student>/`` folders with the notebooks (at any depth),
-* loose ``<student>__<notebook>.ipynb`` files.
+* loose ``<student>__<notebook>.ipynb`` files,
+* an LMS's bulk download, unpacked: Canvas's ``<login>_<userid>_<submissionid>_<file>`` files (``.ipynb``
+  or ``.zip``; late ones carry ``_late_``) and Moodle's ``<Full Name>_<participantid>_assignsubmission_file_/``
+  folders (grader/deadlines.py says which student id each gets).
+
+Each student's submission time (``--times FILE``, else the newest matched file's time) goes into their
+collect report for the deadline (grader/deadlines.py).
 
 A file is matched to an assignment notebook by name (``task1_infonce (1).ipynb`` and
 ``task1_infonce-Copy1.ipynb`` count too; if several match, the newest wins and the report says
@@ -43,6 +49,10 @@ class Collected:
     notebooks: dict[str, str] = field(default_factory=dict)   # notebook stem -> where it came from
     problems: list[str] = field(default_factory=list)
     unreadable: bool = False
+    times: dict[str, float] = field(default_factory=dict)   # notebook stem -> time of the file taken
+    lms: dict = field(default_factory=dict)                 # what an LMS download name said (deadlines.py)
+    submitted_at: str = ""                                  # ISO 8601, UTC
+    time_source: str = ""
 
 
 class Skipped(ValueError):
@@ -120,11 +130,14 @@ def _summary(why: str, names: list[str]) -> str:
 
 
 # ----------------------------------------------------------------------------- finding submissions
-def _sources(path: Path) -> tuple[dict[str, list], list[str]]:
+def _sources(path: Path, lms: dict | None = None) -> tuple[dict[str, list], list[str]]:
     """(student -> list of (kind, ...) found under PATH, names of entries that fit no pattern).
 
     Looks at each entry with lstat only: a symbolic link or a FIFO is recorded as a "skip" item for
-    the student its name stands for, so the TA sees it in that student's problems."""
+    the student its name stands for, so the TA sees it in that student's problems. Canvas and Moodle
+    download names are read for the student (``lms``, if given, receives student -> what the name said)."""
+    from .deadlines import parse_lms_name
+
     found: dict[str, list] = {}
     ignored = []
     with os.scandir(path) as it:
@@ -135,7 +148,14 @@ def _sources(path: Path) -> tuple[dict[str, list], list[str]]:
             continue
         kind = _kind(entry.stat(follow_symlinks=False).st_mode)
         special = kind not in ("dir", "file")
-        if kind == "dir":
+        named = parse_lms_name(name) if kind in ("dir", "file") else None
+        if named is not None and (kind == "dir" or named.file.lower().endswith((".zip", ".ipynb"))):
+            student = named.student
+            if lms is not None:
+                lms[student] = named.info
+            item = (("dir", Path(entry.path)) if kind == "dir" else ("zip", Path(entry.path))
+                    if named.file.lower().endswith(".zip") else ("file", Path(entry.path), named.file))
+        elif kind == "dir":
             student, item = name, ("dir", Path(entry.path))
         elif name.lower().endswith(".zip"):
             student, item = name[: -len(".zip")], ("zip", Path(entry.path))
@@ -235,21 +255,30 @@ def _scan_zip(zpath: Path, notebooks: list[str], chosen: dict, res: Collected) -
 
 
 # ----------------------------------------------------------------------------- collect
-def collect(course: Course, path: Path) -> list[Collected]:
+def collect(course: Course, path: Path, times: Path | None = None, deadline: str | None = None,
+            late_penalty: str | None = None) -> list[Collected]:
     """Import every student's notebooks; one student's files never stop the others.
 
     Student ids that would be unsafe as folder names, links, FIFOs, devices, archive entries with
-    path tricks and oversized files are skipped and reported in that student's problems."""
+    path tricks and oversized files are skipped and reported in that student's problems.
+    ``times``: a CSV of submission times (grader/deadlines.py); ``deadline`` / ``late_penalty`` are
+    checked and stored for ``export``."""
+    from . import deadlines
+
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is not a folder of submissions")
+    deadlines.save_settings(course, deadline, late_penalty)
+    zone = deadlines.parse_deadline(deadline).tzinfo if deadline else None
+    listed = deadlines.read_times(Path(times), zone) if times else None
     notebooks = course.notebook_names()
-    found, ignored = _sources(path)
+    lms: dict[str, dict] = {}
+    found, ignored = _sources(path, lms)
     results = [Collected(shown(name), problems=[f"ignored {shown(name)}: not a zip, folder or "
                                                 "<student>__<notebook>.ipynb"], unreadable=True)
                for name in ignored]
     for student, items in found.items():
-        res = Collected(shown(student))
+        res = Collected(shown(student), lms=lms.get(student, {}))
         results.append(res)
         if not valid_student_id(student):
             res.problems.append(f"'{shown(student)}' is not a usable student id (letters, digits and ._@+- only, "
@@ -261,9 +290,25 @@ def collect(course: Course, path: Path) -> list[Collected]:
         except Exception as exc:  # noqa: BLE001 - one student's files must not stop the batch
             res.problems.append(f"collect failed for this student: {exc.__class__.__name__}: {shown(str(exc))}")
             res.unreadable = True
+        _submission_time(res, listed, times)
         course.write_json("collect", student, {"notebooks": res.notebooks, "problems": res.problems,
-                                               "unreadable": res.unreadable})
+                                               "unreadable": res.unreadable, "submitted_at": res.submitted_at,
+                                               "time_source": res.time_source, "lms": res.lms})
     return sorted(results, key=lambda r: r.student)
+
+
+def _submission_time(res: Collected, listed: dict | None, times_file) -> None:
+    """``res.submitted_at``: the ``--times`` entry, else the newest time of the notebooks taken."""
+    from .deadlines import iso_utc, time_for
+
+    entry = time_for(res.student, res.lms, listed) if listed is not None else None
+    if entry:
+        res.submitted_at, res.time_source = entry, f"--times {Path(times_file).name}"
+    elif res.times and max(res.times.values()) > 0:
+        res.submitted_at, res.time_source = iso_utc(max(res.times.values())), "file time"
+        if listed is not None:
+            res.time_source = f"file time (not in {Path(times_file).name})"
+            res.problems.append(f"not in {Path(times_file).name}: the submission time is the file's")
 
 
 def _candidates(inbox: Path, items: list, notebooks: list[str], res: Collected) -> dict[str, list]:
@@ -298,12 +343,13 @@ def _collect_student(course: Course, inbox: Path, student: str, items: list, not
     dest.mkdir(parents=True)
     for nb, candidates in sorted(chosen.items()):
         candidates.sort(key=lambda c: c[0])
-        _, label, reader = candidates[-1]
+        mtime, label, reader = candidates[-1]
         if len(candidates) > 1:
             res.problems.append(f"{len(candidates)} files for {nb}.ipynb; took the newest, {label}")
         try:
             (dest / f"{nb}.ipynb").write_bytes(reader())
             res.notebooks[nb] = label
+            res.times[nb] = mtime
         except Exception as exc:  # noqa: BLE001 - encrypted, unsupported compression, swapped for a link, ...
             res.problems.append(f"cannot read {label}: {shown(str(exc))}")
     missing = [nb for nb in notebooks if nb not in res.notebooks]

@@ -201,8 +201,8 @@ def _values_close(a: torch.Tensor, e: torch.Tensor, rtol: float, atol: float, wh
         i = int(bad.nonzero()[0])
         if not bool(torch.isfinite(a64[i])):
             raise AssertionError(f"{where}: value {i} is {float(a64[i])} (not finite)")
-        raise AssertionError(f"{where}: {int(bad.sum())} of {a64.numel()} values are off (value {i} by "
-                             f"{float(err[i]):.3g}; tolerance {atol:g} + {rtol:g}*|expected|)")
+        raise AssertionError(f"{where}: {int(bad.sum())} of {a64.numel()} values are off (value {i} by at least "
+                             f"{10 ** math.floor(math.log10(err[i] / max(a64[i].abs(), e64[i].abs()))):g}, relative)")
 
 
 def expect_same(rtol: float = 1e-5, atol: float = 1e-6, dtype: bool = True, numbers: str = "strict"):

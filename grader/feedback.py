@@ -123,7 +123,8 @@ def _state(course: Course, student: str) -> tuple[str, str]:
     return "not graded", "collected but not autograded yet"
 
 
-def export(course: Course, out: Path | None = None) -> tuple[Path, list[dict]]:
+def export(course: Course, out: Path | None = None, deadline: str | None = None,
+           late_penalty: str | None = None) -> tuple[Path, list[dict]]:
     """grading/grades.csv: one row per student with scores, status and reason.
 
     One student's odd files never cut the CSV short: every id and reason is made printable (file
@@ -152,6 +153,11 @@ def export(course: Course, out: Path | None = None) -> tuple[Path, list[dict]]:
     fields = ["student_id", "status", "reason", "score", "max_score", "core_score", "core_max",
               "extension_score", "extension_max", "autograded_score", "autograded_max",
               "manual_score", "needs_manual_grade", *notebooks]
+    # submission time, minutes late, late penalty (taken off score): grader/deadlines.py
+    from .deadlines import LATE_FIELDS, apply_to_rows
+
+    apply_to_rows(course, rows, deadline, late_penalty)
+    fields += LATE_FIELDS
     write_csv(out, fields, rows)
     return out, rows
 
@@ -261,6 +267,50 @@ def scrub_host(text: str) -> str:
         if len(path) > 4:
             text = text.replace(path, "<grader>")
     return text
+
+
+def secret_strings(seed, stems) -> tuple[str, ...]:
+    """The batch's judge seed and every case seed derived from it for ``stems``, as text (the ones of at
+    least four characters, longest first): what no page or executed notebook may show."""
+    from .judge import case_runs
+
+    found = {str(int(seed))}
+    for stem in stems:
+        try:
+            found |= {str(v) for v in case_runs([int(seed)], stem)[0]["case_seeds"].values()}
+        except Exception:  # noqa: BLE001 - a notebook without probes has no case seeds
+            pass
+    return tuple(sorted((s for s in found if len(s) >= 4), key=len, reverse=True))
+
+
+def course_secrets(course: Course) -> tuple[str, ...]:
+    """:func:`secret_strings` of the grading folder's judge seed (none when it has no seed file)."""
+    try:
+        seed = int((course.grading / "judge-seed.txt").read_text().strip())
+    except (OSError, ValueError):
+        return ()
+    return secret_strings(seed, course.notebook_names())
+
+
+def hide_secrets(text: str, secrets: tuple[str, ...]) -> str:
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, "<hidden>")
+    return text
+
+
+def scrub_value(value, secrets: tuple[str, ...]):
+    """Every string in an output or a notebook (not base64 image data) printable as UTF-8 (a lone
+    surrogate would make the file unwritable) and without the batch's seeds."""
+    if isinstance(value, str):
+        return hide_secrets(printable(value), secrets)
+    if isinstance(value, list):
+        return [scrub_value(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {printable(k): (v if isinstance(k, str) and k.startswith("image/") and k != "image/svg+xml"
+                               and isinstance(v, (str, list)) else scrub_value(v, secrets))
+                for k, v in value.items()}
+    return value
 
 
 def _safe_output(out: dict) -> dict | None:
@@ -493,13 +543,14 @@ def _stage(course: Course, student: str, tmp: Path) -> list[str]:
     judge graded but whose full run failed before its first cell (no executed copy) is staged from the
     submitted notebook (:func:`not_run_notebook`); one that stopped part-way gets the same note on top.""" 
     problems, staged = [], set()
+    secrets = course_secrets(course)
     src = course.folder("autograded", student)
     out = tmp / "autograded" / student / ASSIGNMENT
     status = course.read_json("status", student)
     notebooks = status.get("notebooks") if isinstance(status, dict) else None
     for path in sorted(src.glob("*.ipynb")) if src.is_dir() else []:
         try:
-            nb = sanitise(json.loads(path.read_text(encoding="utf-8")))
+            nb = scrub_value(sanitise(json.loads(path.read_text(encoding="utf-8"))), secrets)
             entry = notebooks.get(path.stem) if isinstance(notebooks, dict) else None
             if isinstance(entry, dict) and entry.get("full_run_reason"):   # stopped part-way: say so on top
                 nb["cells"].insert(0, _not_run_note(entry, path.stem, partial=True))
@@ -514,7 +565,7 @@ def _stage(course: Course, student: str, tmp: Path) -> list[str]:
         if stem in staged or not isinstance(entry, dict) or not isinstance(entry.get("judge"), dict):
             continue
         try:
-            nb = sanitise(not_run_notebook(course, student, stem, entry))
+            nb = scrub_value(sanitise(not_run_notebook(course, student, stem, entry)), secrets)
             out.mkdir(parents=True, exist_ok=True)
             (out / f"{stem}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
         except Exception as exc:  # noqa: BLE001 - e.g. the submission is gone: report it, go on
@@ -578,6 +629,7 @@ def feedback(course: Course, students: list[str] | None = None) -> tuple[dict[st
         if proc.returncode != 0 and not failed:
             raise RuntimeError("nbgrader generate_feedback failed:\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
         leaks = []
+        secrets = course_secrets(course)
         for student in staged:
             out_dir = tmp / "feedback" / student / ASSIGNMENT
             dest = course.folder("feedback", student)
@@ -591,7 +643,7 @@ def feedback(course: Course, students: list[str] | None = None) -> tuple[dict[st
             shutil.copytree(out_dir, dest)
             for page in sorted(dest.glob("*.html")):
                 try:   # the last word: the body through the allow-list, whatever the steps before missed
-                    text = clean_page(page.read_text(encoding="utf-8"))
+                    text = hide_secrets(clean_page(page.read_text(encoding="utf-8")), secrets)
                     page.write_text(text, encoding="utf-8")
                 except Exception as exc:  # noqa: BLE001 - never leave a page that was not cleaned
                     page.unlink()

@@ -52,21 +52,23 @@ def function_of(stem: str) -> dict[str, str]:
     return {c.probe: out.get(c.probe, f"cell {c.cell}") for c in load_cases(stem)}
 
 
-def value_gates(stem: str) -> dict[str, tuple[str, ...]]:
-    """probe -> the probes that must pass for it to score: for every case that is not a value case,
-    all value cases of its function, plus what its ``requires`` names. Derived from the case table."""
+def value_gates(stem: str) -> list[tuple[str, ...]]:
+    """For each case of ``load_cases(stem)``, in order, the probes whose VALUE cases must all pass for it
+    to score: for a case that is not a value case, every value probe of its function, plus what its
+    ``requires`` names. Derived from the case table. Several cases may share one probe (one call,
+    several things checked of it): a probe counts as passed when every value case reading it passed."""
     cases = load_cases(stem)
     fn = function_of(stem)
     values: dict[str, list[str]] = {}
     for c in cases:
-        if case_kind(c) == "value":
-            values.setdefault(fn[c.probe], []).append(c.probe)
-    gates = {}
+        if case_kind(c) == "value" and c.probe not in values.setdefault(fn[c.probe], []):
+            values[fn[c.probe]].append(c.probe)
+    gates = []
     for c in cases:
         needs = list(c.requires)
         if case_kind(c) != "value":
             needs += [v for v in values.get(fn[c.probe], []) if v not in needs]
-        gates[c.probe] = tuple(needs)
+        gates.append(tuple(needs))
     return gates
 
 
@@ -244,7 +246,7 @@ def judge_seed(grading: Path) -> int:
     try:
         return int(path.read_text().strip())
     except (OSError, ValueError):
-        seed = secrets.randbelow(2 ** 31 - 1)
+        seed = secrets.randbelow(2 ** 62)   # wide: nobody tries every seed against a case seed
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"{seed}\n")
         return seed
@@ -426,7 +428,9 @@ def judge(stem: str, student: dict[str, dict], reference: dict[str, dict], point
         verdict.points[cell] = 0.0
     totals: dict[str, float] = {}
     passed: dict[str, float] = {}
-    for case in load_cases(stem):
+    all_cases = load_cases(stem)
+    judged: list[tuple[int, CaseResult]] = []
+    for index, case in enumerate(all_cases):
         if case.cell not in points:
             continue
         totals[case.cell] = totals.get(case.cell, 0.0) + case.weight
@@ -451,12 +455,19 @@ def judge(stem: str, student: dict[str, dict], reference: dict[str, dict], point
                 message = f"{message}; {because}"
         message = scrub(message, secrets, 700)
         verdict.cases.append(CaseResult(case.cell, case.probe, case.says, case.weight, ok, message))
+        judged.append((index, verdict.cases[-1]))
     # A property, a rule or given code earns points only next to a function that computes: a stub that
     # raises ValueError for everything, or returns noise of the right shape, collects nothing.
-    status = {c.name: c.passed for c in verdict.cases}
+    # probe -> did every value case reading it pass (every case, for a probe no value case reads)
+    value_probes = {r.name for i, r in judged if case_kind(all_cases[i]) == "value"}
+    status: dict[str, bool] = {}
+    for index, result in judged:
+        if result.name in value_probes and case_kind(all_cases[index]) != "value":
+            continue
+        status[result.name] = status.get(result.name, True) and result.passed
     gates = value_gates(stem)
-    for result in verdict.cases:
-        needs = gates.get(result.name, ())
+    for index, result in judged:
+        needs = gates[index]
         if result.passed and needs and not all(status.get(n) for n in needs):
             result.passed, result.message = False, "scores only once the function returns correct values"
     for result in verdict.cases:

@@ -34,13 +34,13 @@ What the judge runs is what the student ran:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
 import signal
 import sys
 import time
-import zlib
 
 from .evidence import MAX_CASE_BYTES, encode, raised
 
@@ -99,8 +99,11 @@ def attempt(fn, *args, **kwargs):
 
 
 def case_seed(seed: int, case: str) -> int:
-    """A per-case seed: the same case sees the same inputs under the same batch seed."""
-    return (int(seed) * 1_000_003 + zlib.crc32(case.encode())) % (2 ** 31 - 1)
+    """A per-case seed: the same case sees the same inputs under the same batch seed. A one-way hash,
+    so the case seeds a sandbox receives (or a page shows) do not give back the batch seed, and with it
+    the inputs of every other case and notebook."""
+    digest = hashlib.sha256(f"las-case-seed\0{int(seed)}\0{case}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % (2 ** 31 - 1)
 
 
 def load_probes(stem: str) -> dict:
@@ -127,6 +130,58 @@ def _protect_parent() -> None:
         libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG: die with the grader
     except Exception:  # noqa: BLE001 - best effort (non-Linux)
         pass
+
+
+#: Signals no process inside the sandbox may use to stop a trusted grading process (the harness or
+#: session, pid 1 of the sandbox, and each notebook process): ignored there. Inside a pid namespace the
+#: kernel already drops a signal to pid 1 whose action is the default; Python installs a handler for
+#: SIGINT, so without this one ``os.kill(1, signal.SIGINT)`` from a notebook stopped every grading.
+#: SIGKILL and SIGSTOP cannot be ignored: pid 1 is immune to them from inside, and a notebook process
+#: stopped or killed costs that notebook only. Every process that runs student code gets the defaults back.
+TRUSTED_IGNORES = tuple(getattr(signal, name) for name in (
+    "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPROF",
+    "SIGXCPU", "SIGXFSZ", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGPIPE", "SIGTRAP", "SIGPWR") if hasattr(signal, name))
+
+
+def ignore_signals() -> None:
+    """In a trusted process: no signal from inside the sandbox stops it (see TRUSTED_IGNORES), and any
+    other signal a library gave a Python handler is back to its default (which pid 1 is immune to)."""
+    for sig in TRUSTED_IGNORES:
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (OSError, ValueError):
+            pass
+    for sig in signal.valid_signals():
+        if sig in TRUSTED_IGNORES or sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
+            continue
+        try:
+            if callable(signal.getsignal(sig)):
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError, TypeError):
+            pass
+
+
+def default_signals() -> None:
+    """In a forked process that runs student code: the signal actions a fresh Python has (Ctrl-C
+    raises KeyboardInterrupt; SIGTERM ends it; SIGPIPE stays ignored, as Python sets it)."""
+    for sig in TRUSTED_IGNORES:
+        try:
+            if sig == signal.SIGINT:
+                signal.signal(sig, signal.default_int_handler)
+            elif sig != getattr(signal, "SIGPIPE", None):
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+
+
+def _private_sys_path() -> None:
+    """No working folder on ``sys.path``: a notebook that writes ``sqlite3.py`` (or ``json.py``) into its
+    folder must not replace the standard library for the grader or for the notebooks after it."""
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    here = os.getcwd()
+    sys.path[:] = [p for p in sys.path if p not in ("", ".") and (p != here or p == root)]
 
 
 def _run_trusted(cells: list[dict], names: dict) -> list[str]:
@@ -206,9 +261,15 @@ def _loader(cells: list[dict], names: dict, cases: list, seeds: dict, timeouts: 
             except OSError:
                 pass
         os.setpgid(0, 0)
+        default_signals()
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
+        for stream in (sys.stdout, sys.stderr):   # printing a lone surrogate is not a failing statement
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (AttributeError, ValueError, OSError):
+                pass
         _single_thread()
         from utils.answer_loader import not_run_entry, run_statement, statements
 
@@ -545,6 +606,8 @@ def serve(run, name: str, argv: list[str] | None = None) -> None:
     writes numbered records to the evidence channel, which every child closes."""
     argv = sys.argv[1:] if argv is None else argv
     _protect_parent()
+    ignore_signals()
+    _private_sys_path()
     out_fd = os.dup(1)   # the evidence channel; every child closes it
     os.dup2(2, 1)        # anything printed (by setup code) goes to stderr
     try:

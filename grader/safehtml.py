@@ -60,7 +60,10 @@ TAG_ATTRS = {
     "ins": frozenset(("cite",)), "time": frozenset(("datetime",)), "details": frozenset(("open",)),
 }
 URL_ATTRS = frozenset(("href", "src", "cite"))
-UNSAFE_STYLE = re.compile(r"url\s*\(|expression|javascript|vbscript|@import|behavior|binding|\\|/\*|<|&", re.I)
+#: A ``style`` attribute is dropped when it could run or load something, or lay an element over the page
+#: (``position: fixed`` / ``absolute`` / ``sticky``, ``z-index``: an overlay that hides the grader's report).
+UNSAFE_STYLE = re.compile(r"url\s*\(|expression|javascript|vbscript|@import|behavior|binding|\\|/\*|<|&"
+                          r"|position\s*:\s*(?:fixed|absolute|sticky)|z-index|inset\s*:", re.I)
 URL_CONTROLS = re.compile(r"[\x00-\x20\x7f]+")
 SCHEME = re.compile(r"([a-z][a-z0-9+.\-]*):")
 
@@ -257,9 +260,10 @@ def _markdown_url_unsafe(url: str) -> bool:
 class _Surgeon(_Tolerant):
     """Copy text as it is, except active elements and attributes (see :func:`clean_markdown`)."""
 
-    def __init__(self):
+    def __init__(self, nested: list | None = None):
         super().__init__(convert_charrefs=False)
-        self.out: list[str] = []
+        self.out: list = []
+        self.nested = [] if nested is None else nested   # (text, where its cleaned form goes): see _surgery
         self.drop_raw = False
         self.no_cdata = False
         self.start_at = self.end_at = 0
@@ -278,8 +282,13 @@ class _Surgeon(_Tolerant):
         """A tag whose name markdown would not take for one (``<scr<script>``: html.parser reads the name
         ``scr<script``, mistune and CommonMark some text and then a ``<script>``): the rest of its text is
         cleaned on its own, as markdown would read it. (What the removal joins up, ``<scr`` + ``ipt>``,
-        the next round of :func:`clean_markdown` sees.)"""
-        self.out.append(prefix + _surgery(raw[len(prefix):]))
+        the next round of :func:`clean_markdown` sees.) The rest is queued, not cleaned here: a name
+        holds as many ``<`` as the student typed, and one nested call per ``<`` would hit Python's
+        recursion limit (600 characters of markdown did)."""
+        self.out.append(prefix)
+        slot: list = []
+        self.out.append(slot)
+        self.nested.append((raw[len(prefix):], slot))
 
     def _tag(self, tag: str, attrs) -> None:
         raw = self.get_starttag_text() or ""
@@ -380,11 +389,42 @@ class _Surgeon(_Tolerant):
         pass
 
 
+#: Odd tag names (``<a<a<a...``) cleaned one after the other in one text: past this many, or past
+#: eight times the text's length parsed in all, the text is shown escaped (each round reparses the rest
+#: of the name, so the work would grow with the square of its length).
+MAX_NESTED = 2000
+
+
+class _TooNested(Exception):
+    pass
+
+
 def _surgery(text: str) -> str:
-    parser = _Surgeon()
-    parser.feed(text)
-    parser.close()
-    return "".join(parser.out)
+    """:class:`_Surgeon` on ``text``, the rest of every odd tag name cleaned on its own, iteratively:
+    a work list, never recursion, so no markdown can exhaust the stack."""
+    root: list = []
+    work = [(text, root)]
+    rounds, budget = 0, 8 * len(text) + 200_000   # characters parsed, in all rounds
+    while work:
+        piece, slot = work.pop()
+        rounds += 1
+        budget -= len(piece)
+        if rounds > MAX_NESTED or budget < 0:
+            raise _TooNested
+        parser = _Surgeon(work)
+        parser.feed(piece)
+        parser.close()
+        slot.extend(parser.out)
+    out, stack = [], [iter(root)]
+    while stack:   # flatten the nested slots, in order
+        for part in stack[-1]:
+            if isinstance(part, list):
+                stack.append(iter(part))
+                break
+            out.append(part)
+        else:
+            stack.pop()
+    return "".join(out)
 
 
 def clean_markdown(text: str) -> str:
@@ -393,6 +433,15 @@ def clean_markdown(text: str) -> str:
     ``formaction``, no dangerous URL in an attribute, a markdown link, a reference or an autolink.
     Repeated until nothing changes, so removing one piece cannot assemble another
     (``<scr<script></script>ipt>``)."""
+    try:
+        return _clean_markdown(text)
+    except _TooNested:
+        return html.escape(text)
+    except RecursionError:   # a parser of the standard library on some input we have not met: text it is
+        return html.escape(text)
+
+
+def _clean_markdown(text: str) -> str:
     for _ in range(10):
         before = text
         text = MD_AUTOLINK.sub(lambda m: html.escape(m.group(1)) if unsafe_url(html.unescape(m.group(1)))

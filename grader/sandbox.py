@@ -67,6 +67,12 @@ def describe(prot: dict[str, bool]) -> str:
                                "whatever this user can -- the gradebook, solutions/, other students' files"),
         "memory: " + ("capped (setrlimit)" if prot["memory"] else "NOT capped"),
     ]
+    if "cpu_cgroup" in prot:
+        parts.append("per-student CPU and memory: " + (
+            "capped (cgroups)" if prot["cpu_cgroup"] and prot.get("memory_cgroup") else
+            "NOT capped (no writable cgroup v1 cpu/memory controller; run as root on a cgroup-v1 host): one "
+            "student's busy processes can slow the cases of the students graded beside them (a resume grades "
+            "students whose checks timed out on an overloaded machine again)"))
     return "; ".join(parts)
 
 
@@ -171,18 +177,74 @@ def pids_cgroup(name: str, limit: int = PIDS_MAX) -> Path | None:
         return None
 
 
-def join_cgroup(path: Path | None):
-    """A ``preexec_fn`` that moves the new process into ``path`` (its children follow)."""
+CGROUP_V1 = Path("/sys/fs/cgroup")
+CPU_PERIOD_US = 100_000
+
+
+def _v1_cgroup(controller: str, name: str, settings: dict[str, str]) -> Path | None:
+    """A cgroup of the v1 ``controller`` with ``settings`` written (file -> value), or None where this
+    machine does not let us make one."""
+    root = CGROUP_V1 / controller
+    try:
+        if not (root / "cgroup.procs").exists():
+            return None
+        path = root / f"las-{os.getpid()}-{name}"
+        path.mkdir(exist_ok=True)
+        for key, value in settings.items():
+            (path / key).write_text(value)
+        return path
+    except OSError:
+        return None
+
+
+def student_cgroups(name: str, *, cpus: float | None = None, mem_bytes: int | None = None,
+                    pids: int = PIDS_MAX) -> list[Path]:
+    """The cgroups of one student's session, where this machine allows them: a pids cap, ``cpus``
+    CPUs' worth of time (CFS quota: a student's busy processes cannot take the CPU a worker beside
+    them needs, so an honest student's cases keep their time) and ``mem_bytes`` of memory for all
+    their processes together (RLIMIT_DATA caps each process alone). :func:`cgroup_protections` says
+    which ones work here; the summary line reports the rest as off."""
+    made = [pids_cgroup(name, pids)]
+    if cpus:
+        made.append(_v1_cgroup("cpu", name, {"cpu.cfs_period_us": str(CPU_PERIOD_US),
+                                             "cpu.cfs_quota_us": str(max(1000, int(cpus * CPU_PERIOD_US)))}))
+    if mem_bytes:
+        made.append(_v1_cgroup("memory", name, {"memory.limit_in_bytes": str(int(mem_bytes))}))
+    return [p for p in made if p is not None]
+
+
+@functools.lru_cache(maxsize=None)
+def cgroup_protections() -> dict[str, bool]:
+    """Which per-student cgroups this machine lets the grader make (tried once)."""
+    found = {}
+    for controller, settings in (("pids", {"pids.max": "64"}), ("cpu", {"cpu.cfs_quota_us": "100000"}),
+                                 ("memory", {"memory.limit_in_bytes": str(1 << 30)})):
+        path = _v1_cgroup(controller, "probe", settings)
+        found[controller] = path is not None
+        remove_cgroup(path)
+    return found
+
+
+def join_cgroup(path):
+    """A ``preexec_fn`` that moves the new process into ``path`` (one cgroup, a list of them, or None;
+    its children follow)."""
+    paths = [p for p in (path if isinstance(path, (list, tuple)) else [path]) if p is not None]
+
     def join():
-        if path is not None:
+        for p in paths:
             try:
-                (path / "cgroup.procs").write_text(str(os.getpid()))
+                (p / "cgroup.procs").write_text(str(os.getpid()))
             except OSError:
                 pass
     return join
 
 
-def remove_cgroup(path: Path | None) -> None:
+def remove_cgroup(path) -> None:
+    """Kill what is left in ``path`` (one cgroup, a list of them, or None) and remove it."""
+    if isinstance(path, (list, tuple)):
+        for p in path:
+            remove_cgroup(p)
+        return
     if path is None:
         return
     import signal

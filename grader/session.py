@@ -40,6 +40,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import secrets
+import shutil
 import signal
 import sys
 import time
@@ -156,11 +158,27 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt("the cell ran past its time limit and was interrupted by the grader")
 
 
-def _full_run_child(cells: list[dict], names: dict, write_fd: int, cell_timeout: float, max_lines: int,
-                    light: bool) -> None:
-    """In the forked full-run process: execute ``cells`` in order and send each one's outputs."""
+def _read_order(fd: int, buf: bytearray) -> dict | None:
+    """The next order of the supervisor (one JSON line on ``fd``), or None when it closed the pipe."""
+    while b"\n" not in buf:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return None
+        buf += chunk
+    line, _, rest = bytes(buf).partition(b"\n")
+    buf[:] = rest
+    return json.loads(line)
+
+
+def _full_run_child(order_fd: int, names: dict, write_fd: int, max_lines: int) -> None:
+    """In the forked full-run process: execute each cell the supervisor orders, in turn, and send its
+    outputs with the order's nonce (a cell cannot write the record of a cell it has not been given)."""
     try:
         os.setpgid(0, 0)
+        probe.default_signals()
+        # a cell's time limit: KeyboardInterrupt from SIGALRM, so a loop that ignores SIGINT is interrupted
+        # too; the supervisor keeps its own clock (what it reports) and kills a cell that outlives both
+        signal.signal(signal.SIGALRM, _interrupt)
         probe._single_thread()
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
@@ -169,16 +187,17 @@ def _full_run_child(cells: list[dict], names: dict, write_fd: int, cell_timeout:
 
         shell = _shell(names, lambda: current)
         sys.stdout, sys.stderr = _Capture(current, "stdout"), _Capture(current, "stderr")
-        signal.signal(signal.SIGALRM, _interrupt)
-        for cell in cells:
+        buf = bytearray()
+        while True:
+            order = _read_order(order_fd, buf)
+            if not isinstance(order, dict) or "cell" not in order:
+                break
+            cell, nonce = order["cell"], order["nonce"]
             current.clear()
-            _send_any(write_fd, {"k": "start", "index": cell["index"]})
             started = time.monotonic()
-            signal.setitimer(signal.ITIMER_REAL, cell_timeout)
+            signal.setitimer(signal.ITIMER_REAL, float(order["timeout"]))
             try:
-                if cell["role"] == "test" and light:   # the judge's report takes the visible checks' place
-                    pass
-                elif cell["role"] == "demo":   # the course's demonstration: its definitions only (light run)
+                if cell["role"] == "demo":   # the course's demonstration: its definitions only (light run)
                     for problem in run_definitions(cell["source"], cell["id"], names):
                         current.append({"output_type": "stream", "name": "stderr", "text": problem + "\n"})
                 else:
@@ -188,13 +207,13 @@ def _full_run_child(cells: list[dict], names: dict, write_fd: int, cell_timeout:
                                 "traceback": []})
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
-            record = {"k": "cell", "index": cell["index"], "execution_count": shell.execution_count - 1,
+            record = {"k": "cell", "index": cell["index"], "nonce": nonce,
+                      "execution_count": shell.execution_count - 1,
                       "outputs": _limit(list(current), max_lines), "seconds": round(time.monotonic() - started, 3)}
             if len(json.dumps(record, default=str)) > MAX_CELL_RECORD:
                 record["outputs"] = [{"output_type": "stream", "name": "stderr",
                                       "text": "(this cell's outputs were too large to keep)\n"}]
             _send_any(write_fd, record)
-        _send_any(write_fd, {"k": "end"})
     finally:
         os._exit(0)
 
@@ -204,44 +223,64 @@ def run_full(cells: list[dict], names: dict, emit, *, cell_timeout: float, noteb
     """Supervise the full run of ``cells`` (see the module docstring); emits one ``cell`` record per
     executed cell and one ``full_run`` record: status ok | timeout (a cell ignored its interrupt) |
     budget (the notebook ran past ``notebook_timeout``) | died (the process ended mid-cell) | forged
-    (the notebook wrote into the full run's own pipe)."""
+    (a record that is not the answer to the present order), and ``interrupted``: the cells that ran
+    past their time limit by this supervisor's own clock (not by anything the student's process says).
+
+    The supervisor gives the full-run process one cell at a time, each with a fresh random nonce, and
+    accepts only that cell's record carrying that nonce: what a cell writes into the pipe ahead of time
+    (the "outputs" of the cells after it) is forged, never shown. In the light run the test cells are not
+    given to the student's process at all: the judge's report is their only output."""
+    order_read, order_write = os.pipe()
     pid, read_fd, write_fd = probe.fork_with_pipe()
     if pid == 0:
-        _full_run_child(cells, names, write_fd, cell_timeout, max_lines, light)
+        os.close(order_write)
+        _full_run_child(order_read, names, write_fd, max_lines)
+    os.close(order_read)
     lines = probe._Lines(read_fd, MAX_CELL_RECORD + (1 << 20))
-    expected = [c["index"] for c in cells]
     started = time.monotonic()
     deadline = started + notebook_timeout
-    current, since, status = None, started, "ok"
-    while True:
-        until = min(deadline, since + cell_timeout + GRACE) if current is not None else deadline
-        rec = lines.next(until)
-        if isinstance(rec, dict):
-            kind = rec.get("k")
-            if kind == "start" and current is None and expected and rec.get("index") == expected[0]:
-                current, since = expected[0], time.monotonic()
-            elif kind == "cell" and current is not None and rec.get("index") == current \
-                    and isinstance(rec.get("outputs"), list):
-                emit({"kind": "cell", "index": current, "outputs": rec["outputs"],
-                      "execution_count": rec.get("execution_count") if isinstance(rec.get("execution_count"), int) else None,
-                      "seconds": rec.get("seconds") if isinstance(rec.get("seconds"), (int, float)) else None})
-                expected.pop(0)
-                current = None
-            elif kind == "end" and current is None and not expected:
-                break
-            else:
-                status = "forged"   # something in the notebook wrote into the full run's pipe: stop there
-                break
+    status, stopped_at, interrupted = "ok", None, []
+    for cell in cells:
+        if cell["role"] == "test" and light:   # the judge's report takes the visible checks' place
+            emit({"kind": "cell", "index": cell["index"], "outputs": [], "execution_count": None, "seconds": 0.0})
             continue
-        if rec == "timeout":
-            status = "budget" if time.monotonic() >= deadline else "timeout"
-        else:   # "eof": the process ended mid-notebook; "bad": a malformed line in its pipe
-            status = "died" if rec == "eof" else "forged"
-        break
+        nonce = secrets.token_hex(16)
+        try:
+            probe._send(order_write, {"cell": cell, "nonce": nonce, "timeout": cell_timeout})
+        except OSError:
+            status, stopped_at = "died", cell["index"]
+            break
+        since, stopped = time.monotonic(), False
+        while True:
+            rec = lines.next(min(deadline, since + cell_timeout + (GRACE if stopped else 0.0)))
+            if isinstance(rec, dict):
+                if rec.get("k") == "cell" and rec.get("index") == cell["index"] and rec.get("nonce") == nonce \
+                        and isinstance(rec.get("outputs"), list):
+                    count = rec.get("execution_count")
+                    took = rec.get("seconds")
+                    emit({"kind": "cell", "index": cell["index"], "outputs": rec["outputs"],
+                          "execution_count": count if isinstance(count, int) and not isinstance(count, bool) else None,
+                          "seconds": took if isinstance(took, (int, float)) and not isinstance(took, bool) else None})
+                else:
+                    status = "forged"   # something in the notebook wrote into the full run's pipe: stop there
+                break
+            if rec == "timeout" and time.monotonic() < deadline and not stopped:
+                stopped = True   # the cell's time is up (its own timer interrupts it): wait GRACE more
+                interrupted.append(cell["index"])
+                continue
+            if rec == "timeout":
+                status = "budget" if time.monotonic() >= deadline else "timeout"
+            else:   # "eof": the process ended mid-notebook; "bad": a malformed line in its pipe
+                status = "died" if rec == "eof" else "forged"
+            break
+        if status != "ok":
+            stopped_at = cell["index"]
+            break
+    os.close(order_write)
     os.close(read_fd)
     probe._kill_loader(pid)
-    stopped_at = current if current is not None else (expected[0] if expected and status != "ok" else None)
-    emit({"kind": "full_run", "status": status, "index": stopped_at, "seconds": round(time.monotonic() - started, 3)})
+    emit({"kind": "full_run", "status": status, "index": stopped_at, "interrupted": interrupted,
+          "seconds": round(time.monotonic() - started, 3)})
 
 
 # --------------------------------------------------------------------------- one notebook (trusted)
@@ -257,10 +296,36 @@ class _Collect(io.TextIOBase):
         return len(text)
 
 
-def _notebook(nb: dict, plan: dict, write_fd: int) -> None:
-    """The notebook process: the release's parameters and setup cells, the full run, then the judge."""
+def _stop_leftovers() -> None:
+    """Inside the sandbox's pid namespace (the session is its pid 1): end every process but pid 1 and
+    this one, e.g. what the full run left running (busy children that would slow the judge's cases)."""
+    if os.getppid() != 1 or not _IN_NAMESPACE:
+        return
     try:
+        os.kill(-1, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+
+_IN_NAMESPACE = False   # set by run_session: the session is pid 1 of its own pid namespace (bubblewrap)
+
+
+def _notebook(nb: dict, plan: dict, write_fd: int, folder: str) -> None:
+    """The notebook process: the release's parameters and setup cells, the full run, then the judge.
+    It runs no student code itself, ignores the signals student code could send it
+    (probe.TRUSTED_IGNORES), and works in a folder of its own: nothing a notebook before it wrote there."""
+    try:
+        probe.ignore_signals()
         probe._CLOSE_IN_CHILDREN[:] = [write_fd]   # the session's channel is closed; this pipe is closed below us
+        try:
+            os.chdir(folder)
+        except OSError:
+            pass
         emit = lambda record: probe._send(write_fd, record)  # noqa: E731
         names = probe.fresh_names()
         judge = dict(nb["judge"], stem=nb["stem"])
@@ -274,6 +339,7 @@ def _notebook(nb: dict, plan: dict, write_fd: int) -> None:
             setup_notes = probe._run_trusted(first, names)
         finally:
             sys.stdout, sys.stderr = saved
+        probe.ignore_signals()   # whatever handler the setup cell's libraries installed
         outputs = [{"output_type": "stream", "name": name, "text": "".join(c.parts)}
                    for name, c in (("stdout", out), ("stderr", err)) if "".join(c.parts)]
         outputs += [{"output_type": "stream", "name": "stderr", "text": note + "\n"} for note in setup_notes]
@@ -288,6 +354,7 @@ def _notebook(nb: dict, plan: dict, write_fd: int) -> None:
         run_full(later, names, emit, cell_timeout=float(plan.get("cell_timeout", 60)),
                  notebook_timeout=float(plan.get("notebook_timeout", 180)),
                  max_lines=int(plan.get("max_output_lines", 1000)), light=plan.get("full_run") == "light")
+        _stop_leftovers()
         setup_notes += probe._run_trusted(given, names)
         probe.judge_variants(judge, names, setup_notes, emit)
         emit({"kind": "notebook_done"})
@@ -315,14 +382,31 @@ def _relay(pid: int, read_fd: int, stem: str, deadline: float, emit) -> str:
         emit({**rec, "stem": stem})
 
 
+def _fresh_folder(base: str, i: int, stem: str) -> str:
+    """A new working folder for one notebook, holding only the student's copy of that notebook."""
+    folder = os.path.join(base, f".run-{i}")
+    try:
+        os.mkdir(folder, 0o700)
+        source = os.path.join(base, f"{stem}.ipynb")
+        if os.path.isfile(source) and not os.path.islink(source):
+            shutil.copyfile(source, os.path.join(folder, f"{stem}.ipynb"))
+    except OSError:
+        return base
+    return folder
+
+
 def run_session(plan: dict, emit) -> None:
     """Every notebook of ``plan``, one notebook process at a time; then ``{"kind": "done"}``."""
+    global _IN_NAMESPACE
+    _IN_NAMESPACE = os.getpid() == 1
     started = time.monotonic()
+    base = os.getcwd()
     for name in PREIMPORT:
         try:
             __import__(name)
         except Exception:  # noqa: BLE001 - an optional library (transformers on a minimal install)
             pass
+    probe.ignore_signals()   # the libraries' own handlers (a handler would let a signal reach pid 1)
     threads = int(plan.get("threads") or 1)
     try:
         import torch
@@ -333,11 +417,15 @@ def run_session(plan: dict, emit) -> None:
     emit({"kind": "ready", "seconds": round(time.monotonic() - started, 3)})   # the imports, once per student
     per_notebook = (float(plan.get("notebook_timeout", 180)) + float(plan.get("judge_budget", 120))
                     + float(plan.get("setup_seconds", 120)))
-    for nb in plan["notebooks"]:
+    for i, nb in enumerate(plan["notebooks"]):
+        folder = _fresh_folder(base, i, nb["stem"])
         pid, read_fd, write_fd = probe.fork_with_pipe()
         if pid == 0:
-            _notebook(nb, plan, write_fd)
-        problem = _relay(pid, read_fd, nb["stem"], time.monotonic() + per_notebook, emit)
+            _notebook(nb, plan, write_fd, folder)
+        try:
+            problem = _relay(pid, read_fd, nb["stem"], time.monotonic() + per_notebook, emit)
+        except Exception as exc:  # noqa: BLE001 - this notebook's records stop here; the next one goes on
+            problem = f"its records could not be relayed ({exc.__class__.__name__})"
         os.close(read_fd)
         probe._kill_loader(pid)   # as pid 1 of the sandbox: everything the notebook left behind dies too
         if problem:

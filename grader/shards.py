@@ -45,6 +45,49 @@ def _notebook_result(shard: Course, student: str, notebook: str, scratch: Path):
     return result
 
 
+def _links_in(folder: Path) -> list[Path]:
+    """Every symbolic link in ``folder`` (the folder itself included), links not followed."""
+    import os
+
+    found = [folder] if folder.is_symlink() else []
+    for top, dirs, files in os.walk(folder):
+        found += [Path(top) / name for name in dirs + files if (Path(top) / name).is_symlink()]
+    return found
+
+
+def _grade_disagreements(shard: Course, student: str, status: dict, notebooks: list[str]) -> list[str]:
+    """Where a shard's gradebook disagrees with the judge's points in the student's status file: each
+    test cell the judge scored must hold exactly those points, and a notebook the judge did not grade
+    (unreadable, not submitted) no autograded point at all."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    entries = status.get("notebooks") if isinstance(status.get("notebooks"), dict) else {}
+    found = []
+    with Gradebook(shard.db_url, COURSE_ID) as gb:
+        for nb in notebooks:
+            entry = entries.get(nb) if isinstance(entries.get(nb), dict) else {}
+            judged = entry.get("judge") if isinstance(entry.get("judge"), dict) else None
+            points = judged.get("points") if judged and isinstance(judged.get("points"), dict) else None
+            try:
+                sub = gb.find_submission_notebook(nb, ASSIGNMENT, student)
+            except MissingEntry:
+                if points and any(v for v in points.values()):
+                    found.append(f"{student} {nb}: no gradebook entry, the status file gives points")
+                continue
+            scores = {g.cell.name: g.auto_score for g in sub.grades}
+            if points is None:
+                odd = sorted(name for name, score in scores.items() if score)
+                if odd:
+                    found.append(f"{student} {nb}: autograded points in the gradebook ({', '.join(odd[:3])}) "
+                                 "where the judge graded nothing")
+                continue
+            for cell, want in points.items():
+                got = scores.get(cell)
+                if not isinstance(want, (int, float)) or got is None or abs(float(got) - float(want)) > 1e-6:
+                    found.append(f"{student} {nb} {cell}: gradebook {got}, judge {want}")
+    return found
+
+
 def merge_shards(course: Course, dirs: list[Path] | None = None, allow_missing: bool = False,
                  progress=print) -> dict[int, list[str]]:
     """Merge shard folders (``dirs``: shard folders or folders of them; default ``grading/shards``) into
@@ -94,6 +137,18 @@ def merge_shards(course: Course, dirs: list[Path] | None = None, allow_missing: 
         else:
             why = what_changed(status, expected)
             missing.setdefault(index, []).append(s if why == "not graded" else f"{s} ({why})")
+    links = [p for f in folders for p in _links_in(Path(f))]
+    if links:
+        raise ShardError("shard folders hold symbolic links, which merge-shards never follows (grade those shards "
+                         "again into plain folders): " + ", ".join(str(p) for p in links[:10])
+                         + (f" and {len(links) - 10} more" if len(links) > 10 else ""))
+    disagree = [line for index, pairs in sorted(done.items()) for s, status in pairs
+                for line in _grade_disagreements(Course(grading=by_index[index], source=course.source), s, status,
+                                                 notebooks)]
+    if disagree:
+        raise ShardError("shard gradebooks disagree with their status files' judge records (was a gradebook edited "
+                         "or copied from another run? grade those shards again):\n  " + "\n  ".join(disagree[:20])
+                         + (f"\n  and {len(disagree) - 20} more" if len(disagree) > 20 else ""))
     if missing:
         lines = [f"shard {index}/{count} {by_index.get(index) or '(no shard folder: never started)'}: "
                  f"{len(names)} missing: {', '.join(names)}" for index, names in sorted(missing.items())]

@@ -403,3 +403,74 @@ def test_closed_form_ml_is_a_stationary_point_of_the_likelihood(sol):
     angle = sol["largest_principal_angle_deg"](W.detach(), W.detach() @ torch.tensor([[0.0, 1.0], [-1.0, 0.0]],
                                                                                         dtype=DTYPE))
     assert angle == pytest.approx(0.0, abs=1e-5), "a rotation W -> W Q spans the same subspace"
+
+
+# ------------------------------------------------------------------------------------------------
+# Hollow answers: every property kept, nothing computed, nothing earned
+# ------------------------------------------------------------------------------------------------
+HOLLOW = {
+    "ppca_log_marginal": '''
+def ppca_log_marginal(x, W, mu, sigma2):
+    """A constant of the right shape that stays differentiable in W, mu and sigma2; the shape checks kept."""
+    W, mu, x = torch.as_tensor(W), torch.as_tensor(mu), torch.as_tensor(x)
+    D = W.shape[0]
+    if W.dim() != 2 or mu.shape != (D,) or x.dim() not in (1, 2) or x.shape[-1] != D:
+        raise ValueError("shapes do not fit")
+    return x.new_zeros(x.shape[:-1]) + 0 * (W.sum() + mu.sum() + sigma2)
+''',
+    "gaussian_conditional": '''
+def gaussian_conditional(mu, S, x, masked_idx):
+    """Always the marginal N(mu_M, S_MM): right only when nothing is observed; the checks kept."""
+    D = mu.shape[-1]
+    if mu.dim() != 1 or S.shape != (D, D) or x.dim() not in (1, 2) or x.shape[-1] != D:
+        raise ValueError("shapes do not fit")
+    M = torch.as_tensor(masked_idx).long().view(-1)
+    if M.numel() == 0 or (M < 0).any() or (M >= D).any() or len(set(M.tolist())) != M.numel():
+        raise ValueError("bad masked_idx")
+    return mu[M].expand(*x.shape[:-1], len(M)), S[M[:, None], M]
+''',
+    "masked_score": '''
+def masked_score(x, W, mu, sigma2, m, n_masks, generator=None):
+    """One random number from the generator (reproducible, the global state untouched), differentiable in
+    W, mu and sigma2, with a small standard error; the range checks kept."""
+    if not 1 <= m <= W.shape[0] or n_masks < 2:
+        raise ValueError("m or n_masks out of range")
+    u = torch.rand((), generator=generator, dtype=W.dtype)
+    return u + 0 * (W.sum() + mu.sum() + sigma2), torch.tensor(0.1, dtype=W.dtype)
+''',
+    "masked_pretraining_objective": '''
+def masked_pretraining_objective(x, W, mu, sigma2, n_masks, generator=None):
+    """Noise from the generator with an enormous standard error: 'within three standard errors' of anything."""
+    return torch.rand((), generator=generator, dtype=W.dtype), torch.tensor(1e6, dtype=W.dtype)
+''',
+}
+
+
+@pytest.mark.slow
+def test_hollow_answers_score_nothing_on_any_test_cell(tmp_path):
+    """Each answer cell replaced by a hollow answer that keeps the properties the checks look at (shapes,
+    gradients reaching the parameters, the generator used and the global state untouched, the input
+    checks) but computes nothing: a constant, the answer for the trivial input, one random number, noise
+    with an inflated standard error. Each test cell scores 0 on every seed (grader.judge.sweep, as
+    tests/test_judge_gates.py uses it)."""
+    from grader import ROOT
+    from grader.judge import points_per_test_cell, sweep
+    from grader.mutants import student_copy
+
+    stem = "bonus_masked_pretraining_bayes"
+    release = json.loads((ROOT / "notebooks" / "ex01" / f"{stem}.ipynb").read_text())
+    solution = json.loads(NOTEBOOK.read_text())
+    hollow, todo = student_copy(release, solution), dict(HOLLOW)
+    for cell in hollow["cells"]:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in todo:
+            cell["source"] = todo.pop(gid)
+    assert not todo, f"answer cells not found: {sorted(todo)}"
+    cells = sorted(points_per_test_cell(release))
+    verdicts = sweep(stem, release, solution, {"hollow": hollow}, [0, 1, 2], cells={"hollow": cells},
+                     workroot=tmp_path)
+    for seed in (0, 1, 2):
+        v = verdicts[("hollow", seed)]
+        earned = {cell: pts for cell, pts in v.points.items() if pts}
+        assert not earned, f"seed {seed}: hollow answers earned {earned}: " \
+                           f"{[(c.name, c.message) for c in v.cases if c.passed]}"

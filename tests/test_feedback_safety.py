@@ -405,7 +405,7 @@ def test_the_leak_check_covers_pages_of_failed_runs(pages, monkeypatch):
     nb_path = course.folder("submitted", "died") / f"{STEM}.ipynb"
     original = nb_path.read_text()
     nb = json.loads(original)
-    next(c for c in nb["cells"] if _gid(c) == "answer_b")["source"] = "the student emptied this markdown answer line"
+    next(c for c in nb["cells"] if _gid(c) == "answer_c")["source"] = "the student emptied this markdown answer line"
     nb_path.write_text(json.dumps(nb))
     try:
         with pytest.raises(RuntimeError, match="hidden test source found in feedback"):

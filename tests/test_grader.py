@@ -210,7 +210,9 @@ def _inspected(path):
     from grader.autograde import NotebookResult, Settings, _inspect_outputs
 
     result = NotebookResult("x", STEM)
-    _inspect_outputs(path, result, Settings(cell_timeout=CELL_TIMEOUT, mem_gb=MEM_GB))
+    nb = json.loads(path.read_text())
+    outputs = {i: cell.get("outputs", []) for i, cell in enumerate(nb["cells"])}
+    _inspect_outputs(nb, outputs, [], result, Settings(cell_timeout=CELL_TIMEOUT, mem_gb=MEM_GB))
     return result.status, result.reasons
 
 

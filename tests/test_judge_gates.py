@@ -67,17 +67,16 @@ def test_every_case_that_is_not_a_value_case_is_gated_on_the_values_of_its_funct
 
     cases = load_cases(stem)
     function_of = _function_of(stem)
-    kind = {c.probe: case_kind(c) for c in cases}
     gates = value_gates(stem)
     problems = []
-    for case in cases:
-        if kind[case.probe] == "value":
+    for case, gate in zip(cases, gates):
+        if case_kind(case) == "value":
             continue
         fn = function_of[case.probe]
-        own_values = {c.probe for c in cases if kind[c.probe] == "value" and function_of[c.probe] == fn}
+        own_values = {c.probe for c in cases if case_kind(c) == "value" and function_of[c.probe] == fn}
         if not own_values:
-            problems.append(f"{case.probe} ({kind[case.probe]}): {fn} has no value case to gate it on")
-        missing = own_values - set(gates[case.probe])
+            problems.append(f"{case.probe} ({case_kind(case)}): {fn} has no value case to gate it on")
+        missing = own_values - set(gate)
         if missing:
             problems.append(f"{case.probe}: not gated on {sorted(missing)}")
     assert not problems, "\n".join(problems)
@@ -107,6 +106,12 @@ def test_the_gate_is_derived_and_can_fail(monkeypatch):
     assert hollow.points["t"] == 1.0
     right = judge_mod.judge("x", {"f_values": ok, "f_shape": ok, "g_values": wrong}, reference, {"t": 3.0})
     assert {c.name: c.passed for c in right.cases} == {"f_values": True, "f_shape": True, "g_values": False}
+    # one call, checked twice: the property case reading the same probe as a failed value case scores nothing
+    module.CASES = [Case("t", "f_call", "values", lambda got, ref: (_ for _ in ()).throw(AssertionError("wrong"))),
+                    Case("t", "f_call", "one forward pass", equal, kind="property")]
+    module.FUNCTIONS = {"f": ("f_call",)}
+    shared = judge_mod.judge("x", {"f_call": ok}, {"f_call": ok}, {"t": 2.0})
+    assert [c.passed for c in shared.cases] == [False, False] and shared.points["t"] == 0
 
 
 @pytest.mark.parametrize("stem", STEMS)

@@ -450,6 +450,7 @@ def test_reference_records_persist_on_disk_and_miss_when_anything_changes(tmp_pa
     misses. The cache file does not name the seed."""
     monkeypatch.delenv("LAS_REFERENCE_CACHE", raising=False)
     stem = "task1_infonce"
+    SEED = 2 ** 61 + 12345   # 19 digits: a file name holding it would name the seed
     probes = {c.probe for c in judge.load_cases(stem)}
     calls = []
 
@@ -462,22 +463,35 @@ def test_reference_records_persist_on_disk_and_miss_when_anything_changes(tmp_pa
     monkeypatch.setattr(judge, "run_harness", fake_harness)
     release, solution = {"cells": [{"cell_type": "code", "source": "x = 1"}]}, {"cells": []}
     cache = tmp_path / "grading" / "cache"
-    first = judge.reference_records(stem, release, solution, 41, tmp_path, cache_dir=cache)
+    first = judge.reference_records(stem, release, solution, SEED, tmp_path, cache_dir=cache)
     judge._REFERENCE_CACHE.clear()   # a new process: only the disk remembers
-    again = judge.reference_records(stem, release, solution, 41, tmp_path, cache_dir=cache)
+    again = judge.reference_records(stem, release, solution, SEED, tmp_path, cache_dir=cache)
     assert again == first and len(calls) == 1
     files = list(cache.iterdir())
-    assert len(files) == 1 and "41" not in files[0].name
+    assert len(files) == 1 and str(SEED) not in files[0].name
     judge._REFERENCE_CACHE.clear()
-    judge.reference_records(stem, release, solution, 42, tmp_path, cache_dir=cache)   # another seed
+    judge.reference_records(stem, release, solution, SEED + 1, tmp_path, cache_dir=cache)   # another seed
     judge._REFERENCE_CACHE.clear()
-    judge.reference_records(stem, {"cells": []}, solution, 41, tmp_path, cache_dir=cache)   # another release
+    judge.reference_records(stem, {"cells": []}, solution, SEED, tmp_path, cache_dir=cache)   # another release
     judge._REFERENCE_CACHE.clear()
     monkeypatch.setattr(judge, "code_digest", lambda: "changed grader code")
-    judge.reference_records(stem, release, solution, 41, tmp_path, cache_dir=cache)
+    judge.reference_records(stem, release, solution, SEED, tmp_path, cache_dir=cache)
     assert len(calls) == 4
     judge._REFERENCE_CACHE.clear()
     monkeypatch.setenv("LAS_REFERENCE_CACHE", "off")
-    judge.reference_records(stem, release, solution, 41, tmp_path, cache_dir=cache)
+    judge.reference_records(stem, release, solution, SEED, tmp_path, cache_dir=cache)
     assert len(calls) == 5
     judge._REFERENCE_CACHE.clear()
+
+
+def test_case_seeds_are_one_way_and_in_range():
+    """The sandbox receives case seeds, never the batch seed; a case seed must not give the batch seed
+    back (the old linear formula did: seed = (case_seed - crc) / 1000003 mod p)."""
+    from grader.probe import case_seed
+
+    seeds = [case_seed(s, c) for s in (0, 1, 2, 2 ** 61 + 5) for c in ("a", "b", "info_nce_uniform")]
+    assert all(0 <= x < 2 ** 31 - 1 for x in seeds) and len(set(seeds)) == len(seeds)
+    assert case_seed(7, "a") == case_seed(7, "a")
+    # neighbouring batch seeds give unrelated case seeds (no linear structure to solve)
+    diffs = {case_seed(s + 1, "a") - case_seed(s, "a") for s in range(50)}
+    assert len(diffs) > 45

@@ -17,8 +17,8 @@ import torch
 from conftest import SOLUTIONS
 from references import task2_pseudo_likelihood as task2_refs
 
-from grader import tiers
-from grader.judge import load_cases
+from grader import ROOT, tiers
+from grader.judge import load_cases, points_per_test_cell, sweep
 
 NOTEBOOK = SOLUTIONS / "task2_pseudo_likelihood.ipynb"
 
@@ -45,7 +45,7 @@ def test_every_answer_has_a_test_cell_judged_by_cases():
         assert f"test_{name}" in graded and f"test_{name}" in judged, name
         assert "### BEGIN HIDDEN TESTS" not in graded[f"test_{name}"], name  # the judge decides, outside the kernel
     manual = [m["grade_id"] for m in meta if m.get("solution") and m.get("grade")]
-    assert manual == ["answer_a", "answer_b2", "answer_c1", "answer_c3", "answer_c2", "answer_bert"]
+    assert manual == ["answer_a", "answer_b2", "answer_c1", "answer_c2", "answer_bert"]
     params = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(params) == 1 and 'PRESET = "auto"' in "".join(params[0]["source"])
 
@@ -57,11 +57,13 @@ def test_core_and_extension_tiers():
     assert tiers.grade_tiers(NOTEBOOK) == {
         **dict.fromkeys(["answer_a", "test_mlm_loss", "test_masked_copies", "test_conditional_log_probs",
                          "test_pseudo_log_likelihood", "answer_b2", "test_single_index_estimate", "answer_c1",
-                         "test_causal_log_probs", "answer_c3"], "core"),
+                         "test_causal_log_probs"], "core"),
         **dict.fromkeys(["test_conditionals_compatible", "answer_c2", "answer_bert", "test_bert_mask"], "extension")}
     proxy = tiers.core_proxy(NOTEBOOK)
-    assert proxy["core_lines"] <= 62 and proxy["core_written"] <= 4, proxy
-    assert (proxy["core_points"], proxy["extension_points"]) == (25, 10), proxy
+    assert proxy["core_lines"] <= 42 and proxy["core_written"] <= 3, proxy
+    assert (proxy["core_points"], proxy["extension_points"]) == (22, 10), proxy
+    kinds = tiers.core_points_by_kind(NOTEBOOK, "task2_pseudo_likelihood")
+    assert kinds["given"] == 0 and kinds["rule"] <= 0.10 * sum(kinds.values()), kinds
     assert tiers.rubric_problems(NOTEBOOK) == []
     start = next(i for i, c in enumerate(cells) if "".join(c["source"]).startswith("## Extensions (optional)"))
     assert all(not tiers.is_extension(c) for c in cells[:start])
@@ -69,7 +71,7 @@ def test_core_and_extension_tiers():
     core_code = "\n".join("".join(c["source"]) for c in cells[:start] if c["cell_type"] == "code")
     for name in ("conditionals_compatible", "bert_mask"):
         assert name not in core_code, name
-    assert "Core: about 2 h. Extensions (optional): about" in "".join(cells[0]["source"])
+    assert "Core: about 2.25 h. Extensions (optional): about" in "".join(cells[0]["source"])
 
 
 def test_errata_of_issue_14_are_in_the_notebook():
@@ -187,3 +189,228 @@ def test_the_full_support_example_is_incompatible_and_a_joint_is_compatible():
     assert not task2_refs.cross_ratio_compatible(pa, pb)
     joint = torch.tensor([[0.1, 0.2, 0.05], [0.3, 0.15, 0.2]], dtype=torch.float64)
     assert task2_refs.cross_ratio_compatible(*task2_refs.conditionals_of(joint))
+
+
+# ------------------------------------------------------------------- the text: no answer before its question
+def _markdown(cells) -> list[str]:
+    return ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
+
+
+def test_the_b_i_facts_come_after_the_question_not_before():
+    """(b)(i) asks what log PPPL is (the mean token-wise NPLL) and what computing it costs (T forward passes):
+    no cell before the question states either; a "check your answer" cell after the answer does."""
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    question = next(i for i, c in enumerate(cells) if "**Question (b).**" in "".join(c["source"]))
+    answer = next(i for i, c in enumerate(cells) if c["metadata"].get("nbgrader", {}).get("grade_id") == "answer_b2")
+    before = "\n".join(_markdown(cells[:question]) + ["".join(cells[question]["source"]).split("**Question (b).**")[0]])
+    for fact in ("costs $T$ forward passes", "one input per position", "\\log \\mathrm{PPPL}(x) = S(x)/T",
+                 "$\\log \\mathrm{PPPL}(x) = S(x)/T$", "log PPPL = S/T", "mean = log PPPL"):
+        assert fact not in before, f"stated before the question (b): {fact!r}"
+    code_before = "\n".join("".join(c["source"]) for c in cells[:question] if c["cell_type"] == "code")
+    assert "log PPPL" not in code_before, "a cell before the question prints what log PPPL is"
+    after = "\n".join(_markdown(cells[answer + 1:answer + 4]))
+    assert "**Check your answer to (b)(i).**" in after and "$T$ forward passes" in after
+
+
+def test_experiments_ask_for_a_prediction_before_the_explanation():
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    texts = ["".join(c["source"]) for c in cells]
+    for run in ("def bert_style_losses(", "rows, per_token = [], {}", 'for name, txt in [("once", once)'):
+        at = next(i for i, t in enumerate(texts) if run in t)
+        assert "**Predict first (ungraded).**" in texts[at - 1], run
+        assert cells[at - 1]["metadata"].get("nbgrader") is None  # ungraded: no points, no solution block
+
+
+# ------------------------------------------------------------------- bert_mask: the place of a token
+def _bert_evidence(fn, seed: int, q: float = 0.5) -> tuple[dict, dict]:
+    """What the probe ships for ``fn`` on a [192, 192] batch, and the same dict as the judge's reference."""
+    from grader.probes.task2_pseudo_likelihood import _batch
+
+    gen = torch.Generator().manual_seed(seed)
+    ids = _batch(gen, 192, 192)
+    m1, l1 = fn(ids.clone(), [0, 1], 15, 16, q=q, generator=torch.Generator().manual_seed(seed + 10))
+    m2, l2 = fn(ids.clone(), [0, 1], 15, 16, q=q, generator=torch.Generator().manual_seed(seed + 11))
+    got = {"ids": ids.to(torch.int8), "masked": m1, "labels": l1, "masked2": m2, "labels2": l2}
+    return got, {"ids": ids.to(torch.int8)}
+
+
+def _reading_order(solution_fn):
+    """The 80/10/10 outcome assigned in reading order: the first 80 % of the selected tokens [MASK], the next
+    10 % random, the last 10 % unchanged. Its marginal rates are right."""
+    import grader.mutants.task2_pseudo_likelihood as mutants
+
+    mutant = next(m for m in mutants.MUTANTS if m.name.startswith("80/10/10 assigned in reading order"))
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    source = next("".join(c["source"]) for c in cells if c["metadata"].get("nbgrader", {}).get("grade_id") == "bert_mask")
+    assert source.count(mutant.find) == 1
+    ns = {"torch": torch, "math": math}
+    exec(source.replace(mutant.find, mutant.replace), ns)
+    return ns["bert_mask"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_position_conditioned_80_10_10_check_kills_the_reading_order_mutant(solution, seed):
+    from grader.checks.task2_pseudo_likelihood import check_bert_80_10_10
+
+    got, ref = _bert_evidence(solution["bert_mask"], seed)
+    check_bert_80_10_10(got, ref)  # the solution passes
+    wrong = _reading_order(solution["bert_mask"])
+    got, ref = _bert_evidence(wrong, seed)
+    out, sel = got["masked"][got["labels"] != -100], got["labels"] != -100
+    assert abs((out == 15).double().mean().item() - 0.80625) < 0.02  # right on the whole batch ...
+    with pytest.raises(AssertionError, match="in rows 0-47"):  # ... and wrong in the first quarter of the rows
+        check_bert_80_10_10(got, ref)
+    assert int(sel.sum()) > 1000
+
+
+# ------------------------------------------------------------------- hollow answers earn nothing
+HOLLOW = {
+    "mlm_loss": '''
+def mlm_loss(log_probs, targets, mask):
+    """A constant of the right shape and dtype: the shape checks kept, nothing computed."""
+    if log_probs.dim() != 2 or targets.shape != (log_probs.shape[0],) or mask.dim() not in (1, 2) \\
+            or mask.shape[-1] != log_probs.shape[0]:
+        raise ValueError("shapes do not fit")
+    return torch.zeros(mask.shape[:-1], dtype=log_probs.dtype)
+''',
+    "masked_copies": '''
+def masked_copies(input_ids, positions, mask_token_id):
+    """P copies of the input, none masked: int64 [P, T], the input untouched, the checks kept."""
+    if input_ids.dim() != 1:
+        raise ValueError("input_ids must be 1-D")
+    positions = torch.as_tensor(positions, dtype=torch.long).view(-1)
+    if positions.numel() and (positions.min() < 0 or positions.max() >= input_ids.numel()):
+        raise ValueError("positions out of range")
+    return input_ids.long().unsqueeze(0).repeat(len(positions), 1)
+''',
+    "conditional_log_probs": '''
+def conditional_log_probs(model, input_ids, mask_token_id, positions=None, batch_size=16):
+    """Noise: log-softmax of random numbers, after forward passes in batches of batch_size under no_grad."""
+    positions = torch.arange(input_ids.numel()) if positions is None else torch.as_tensor(positions).long().view(-1)
+    rows = []
+    with torch.no_grad():
+        for start in range(0, len(positions), batch_size):
+            chunk = positions[start:start + batch_size]
+            logits = model(input_ids=input_ids.repeat(len(chunk), 1)).logits
+            rows.append(torch.log_softmax(torch.randn(len(chunk), logits.shape[-1]), -1))
+    return torch.cat(rows)
+''',
+    "pseudo_log_likelihood": '''
+def pseudo_log_likelihood(model, input_ids, mask_token_id, positions=None, batch_size=16):
+    """A constant 0-d float32 tensor, after forward passes in batches of batch_size."""
+    positions = torch.arange(input_ids.numel()) if positions is None else torch.as_tensor(positions).long().view(-1)
+    with torch.no_grad():
+        for start in range(0, len(positions), batch_size):
+            model(input_ids=input_ids.repeat(len(positions[start:start + batch_size]), 1))
+    return torch.tensor(-1.0 * len(positions))
+
+
+def pseudo_perplexity(pll, num_tokens):
+    if num_tokens <= 0:
+        raise ValueError("num_tokens must be positive")
+    return 1.0
+''',
+    "single_index_estimate": '''
+def single_index_estimate(model, input_ids, mask_token_id, num_samples=1, positions=None, generator=None):
+    """ONE position drawn from the generator and repeated: every value is a possible T * l_u, one forward
+    pass, reproducible, the global random state untouched, but U is not uniform."""
+    scored = torch.arange(input_ids.numel()) if positions is None else torch.as_tensor(positions).long().view(-1)
+    u = scored[torch.randint(len(scored), (1,), generator=generator)].repeat(num_samples)
+    copies = input_ids.repeat(num_samples, 1)
+    copies[torch.arange(num_samples), u] = mask_token_id
+    with torch.no_grad():
+        logits = model(input_ids=copies).logits[torch.arange(num_samples), u]
+    return -len(scored) * torch.log_softmax(logits.float(), -1)[torch.arange(num_samples), input_ids[u]]
+''',
+    "causal_log_probs": '''
+def causal_log_probs(model, input_ids, context_token_id=None):
+    """Uniform log-probabilities of the right length, after one forward pass under no_grad."""
+    if input_ids.dim() != 1:
+        raise ValueError("input_ids must be 1-D")
+    if input_ids.numel() + (context_token_id is not None) < 2:
+        raise ValueError("nothing to predict")
+    with torch.no_grad():
+        vocab = model(input_ids=input_ids[None]).logits.shape[-1]
+    n = input_ids.numel() - (context_token_id is None)
+    return torch.full((n,), -math.log(vocab))
+
+
+def perplexity(log_likelihood, num_tokens):
+    if num_tokens <= 0:
+        raise ValueError("num_tokens must be positive")
+    return 1.0
+''',
+    "conditionals_compatible": '''
+def conditionals_compatible(p_a_given_b, p_b_given_a, atol=1e-6):
+    """Always True, after the input checks."""
+    pa, pb = torch.as_tensor(p_a_given_b, dtype=torch.float64), torch.as_tensor(p_b_given_a, dtype=torch.float64)
+    if pa.dim() != 2 or pa.shape != pb.shape or (pa < 0).any() or (pb < 0).any() \\
+            or not torch.allclose(pa.sum(0), torch.ones(pa.shape[1], dtype=torch.float64), atol=1e-5) \\
+            or not torch.allclose(pb.sum(1), torch.ones(pb.shape[0], dtype=torch.float64), atol=1e-5):
+        raise ValueError("not two conditional tables")
+    return True
+''',
+    "bert_mask": '''
+def bert_mask(input_ids, special_token_ids, mask_token_id, vocab_size, q=0.15, generator=None):
+    """A fixed low-discrepancy pattern with the right rates everywhere (q, 80/10/10, uniform replacements):
+    the generator unused, so the global state, shapes, specials, labels, q = 0 and 1 all look right."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError("q must lie in [0, 1]")
+    ids = input_ids.long()
+    special = torch.isin(ids, torch.as_tensor(list(special_token_ids), dtype=torch.long))
+    i = torch.arange(ids.numel(), dtype=torch.float64)
+    pick, action = ((i * 0.6180339887498949) % 1.0).view(ids.shape), ((i * 0.41421356237309515) % 1.0).view(ids.shape)
+    selected = (pick < q) & ~special
+    masked = ids.clone()
+    masked[selected & (action < 0.8)] = mask_token_id
+    swap = selected & (action >= 0.8) & (action < 0.9)
+    masked[swap] = ((torch.arange(ids.numel()) * 7) % vocab_size).view(ids.shape)[swap]
+    return masked, torch.where(selected, ids, torch.full_like(ids, -100))
+''',
+}
+
+
+@pytest.mark.slow
+def test_hollow_answers_score_nothing_on_any_test_cell(tmp_path):
+    """Every answer cell replaced by a hollow answer that keeps every property the checks look at (shapes,
+    dtypes, batches of forward passes, no_grad, the input untouched, generator use, the input checks) but
+    computes nothing: a constant, noise, or a fixed pattern. Each test cell scores 0 on every seed."""
+    from grader.mutants import student_copy
+
+    release = json.loads((ROOT / "notebooks" / "ex01" / "task2_pseudo_likelihood.ipynb").read_text())
+    sol = json.loads(NOTEBOOK.read_text())
+    hollow, todo = student_copy(release, sol), dict(HOLLOW)
+    for cell in hollow["cells"]:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in todo:
+            cell["source"] = todo.pop(gid)
+    assert not todo, f"answer cells not found: {sorted(todo)}"
+    cells = sorted(points_per_test_cell(release))
+    verdicts = sweep("task2_pseudo_likelihood", release, sol, {"hollow": hollow}, [0, 1, 2],
+                     cells={"hollow": cells}, workroot=tmp_path)
+    for seed in (0, 1, 2):
+        v = verdicts[("hollow", seed)]
+        earned = {cell: pts for cell, pts in v.points.items() if pts}
+        assert not earned, f"seed {seed}: hollow answers earned {earned}: " \
+                           f"{[(c.name, c.message) for c in v.cases if c.passed]}"
+
+
+# ------------------------------------------------------------------- mini-bert's corruption (the suite's recipe)
+def test_mini_bert_trains_with_berts_80_10_10_rule_in_the_small_and_default_suites():
+    """Task 2's demonstrations need a mini-bert that uses its context; with the 80/10/10 corruption (and 3,000
+    steps in the small suite) it does (utils/suite_recipes.py gives the measurements)."""
+    from utils.suite_recipes import SUITES
+    from utils.suite_training import mask_for_training
+
+    assert SUITES["small"].bert_corruption == SUITES["default"].bert_corruption == "80/10/10"
+    windows = torch.randint(0, 100, (256, 32), generator=torch.Generator().manual_seed(0))
+    vocab = torch.arange(100, 200)  # random replacements come from this vocabulary, never the window's own ids
+    inputs, chosen = mask_for_training(windows, 0.4, 999, torch.Generator().manual_seed(1), "80/10/10", vocab)
+    assert torch.equal(inputs[~chosen], windows[~chosen]) and chosen.any(dim=1).all()
+    out = inputs[chosen]
+    k = int(chosen.sum())
+    for what, count, p in [("mask", int((out == 999).sum()), 0.8), ("random", int(((out >= 100) & (out < 200)).sum()), 0.1),
+                           ("unchanged", int((out == windows[chosen]).sum()), 0.1)]:
+        assert abs(count - k * p) <= 5 * math.sqrt(k * p * (1 - p)), (what, count / k)
+    with pytest.raises(ValueError):
+        mask_for_training(windows, 0.4, 999, torch.Generator(), "80/10/10")  # no vocabulary to draw from

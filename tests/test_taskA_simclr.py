@@ -294,6 +294,7 @@ def test_notebook_last_cell_survives_a_read_only_cache(tmp_path, monkeypatch, ca
           "probe_rows": {"SimCLR": {"linear probe (%)": 50.0, "kNN, k=20 (%)": 40.0}},
           "au": pd.DataFrame({"alignment": [1.0], "uniformity": [-2.0]}, index=["SimCLR"]),
           "ablation": pd.DataFrame([{"temperature": 0.5, "batch size": 32}]),
+          "label_efficiency": pd.DataFrame([{"labelled images": 20, "SimCLR + linear probe (%)": 30.0}]),
           "aug_ablation": pd.DataFrame({"linear probe (%)": [30.0, 40.0]}, index=["crop only", "crop + colour"])}
     exec(last, ns)
     out = capsys.readouterr().out
@@ -390,3 +391,194 @@ def test_kornia_pipeline_draws_per_image_and_is_reproducible():
     distinct = {tuple(v.flatten()[:50].tolist()) for v in a}
     assert len(distinct) >= 12, f"copies of one image got only {len(distinct)} distinct views of 16"
     assert kornia_pipeline(32, crop=False, colour=False)(x).allclose(x, atol=1e-6)
+
+
+
+# ------------------------------------------------------- the course text: what the experiments really show
+def _md_text(cell) -> str:
+    return "".join(cell["source"]) if cell["cell_type"] == "markdown" else ""
+
+
+def _index(cells, predicate, what) -> int:
+    found = [i for i, c in enumerate(cells) if predicate(c)]
+    assert found, f"no cell {what}"
+    return found[0]
+
+
+def _grade_id(cell) -> str | None:
+    return ((cell.get("metadata") or {}).get("nbgrader") or {}).get("grade_id")
+
+
+def _is_prediction(cell) -> bool:
+    return cell["cell_type"] == "markdown" and _md_text(cell).startswith("**Your prediction**")
+
+
+def test_alignment_text_says_what_the_table_shows():
+    """A randomly initialised encoder is almost collapsed (alignment near 0, uniformity near 0), so training
+    RAISES alignment while it lowers uniformity: no text may promise that training lowers both, and the
+    student predicts before the table is computed (Wang and Isola 2020)."""
+    cells = _solution_cells()
+    text = "\n".join(_md_text(c) for c in cells)
+    assert "should lower both" not in text and "lowers both" not in text.replace('"training lowers both', "")
+    heading = _index(cells, lambda c: "### Alignment and uniformity" in _md_text(c), "on alignment and uniformity")
+    measure = _index(cells, lambda c: c["cell_type"] == "code" and "def alignment_uniformity(" in "".join(c["source"]),
+                     "measuring alignment and uniformity")
+    assert any(_is_prediction(c) for c in cells[heading:measure]), "no prediction cell before the alignment table"
+    answer = _index(cells, lambda c: _grade_id(c) == "answer_random_init", "answer_random_init")
+    assert answer > measure, "the reflection on alignment and the random encoder comes after both tables"
+    model = "".join(cells[answer]["source"])
+    assert "lower alignment" in model and "collapsed" in model
+
+
+def _self_mask_gradients(tau=0.1, n=256, s_pos=0.9, with_self=False):
+    """(pull on the positive, push on one negative) of one anchor: negatives all at similarity 0."""
+    denominator = math.exp(s_pos / tau) + (2 * n - 2) + (math.exp(1 / tau) if with_self else 0.0)
+    p_pos, p_neg = math.exp(s_pos / tau) / denominator, 1 / denominator
+    return (1 - p_pos) / tau, p_neg / tau
+
+
+def test_self_mask_answer_and_rubric_have_the_gradients_right():
+    """With s_ii left in, the pull on the positive GROWS and only the push on each negative shrinks: the model
+    answer quotes the worked example and the rubric no longer rewards "the useful gradients shrink"."""
+    pull, push = _self_mask_gradients()
+    pull_self, push_self = _self_mask_gradients(with_self=True)
+    assert pull_self > 10 * pull and push_self < push / 3
+    cells = _solution_cells()
+    answer = _index(cells, lambda c: _grade_id(c) == "answer_self_mask", "answer_self_mask")
+    model, rubric = "".join(cells[answer]["source"]), "".join(cells[answer + 1]["source"])
+    assert "Rubric: `answer_self_mask`" in rubric
+    for figure in (f"{pull:.2f}", f"{pull_self:.1f}", f"{push:.1e}".replace("e-03", " \\cdot 10^{-3}"),
+                   f"{push_self:.1e}".replace("e-04", " \\cdot 10^{-4}")):
+        assert figure in model, f"the model answer lacks the worked example's {figure}"
+    for wrong in ("scaled down", "shrink by the same", "learning slows or stalls"):
+        assert wrong not in model and wrong not in rubric.split("Common mistakes")[0], wrong
+    assert "grows" in model and "grows" in rubric
+
+
+def test_no_question_is_answered_by_the_text_before_it():
+    """Predict, run, explain: each reflection on an experiment is preceded by a prediction cell placed before the
+    code that runs it, and the explanation it asks for sits after the answer, never before it."""
+    cells = _solution_cells()
+    experiments = {  # answer cell: (code that runs the experiment, phrases that give the answer away)
+        "answer_random_init": ("probe_rows[name] = {", ("surprisingly strong", "far from useless")),
+        "answer_augmentations": ("AUGMENTATIONS = {", ("colour histogram", "pixel for pixel")),
+        "answer_temperature": ("for temperature in cfg.ablation_temperatures", ("concentrates on the closest",)),
+    }
+    for answer_id, (runs, giveaways) in experiments.items():
+        answer = _index(cells, lambda c: _grade_id(c) == answer_id, answer_id)
+        code = _index(cells, lambda c: c["cell_type"] == "code" and runs in "".join(c["source"]), f"running {runs}")
+        section = max(i for i in range(code) if _md_text(cells[i]).startswith("#"))
+        assert code < answer, f"{answer_id}: the experiment runs after the question"
+        assert any(_is_prediction(c) for c in cells[section:code]), f"{answer_id}: no prediction cell before the run"
+        before = "\n".join(_md_text(c) for c in cells[section:answer])
+        given_away = [g for g in giveaways if g in before]
+        assert not given_away, f"{answer_id}: the text before the answer says {given_away}"
+
+
+def test_printed_durations_come_from_the_speed_measured_in_the_run():
+    """The ablation prints how long it will take from this run's measured speed, never a guessed estimate."""
+    code = "\n".join("".join(c["source"]) for c in _solution_cells() if c["cell_type"] == "code"
+                     and "extension" not in _tags(c))
+    assert "aug_ablation_time" not in code and "(estimate)" not in code
+    assert "seconds_per_image" in code
+
+
+def test_label_efficiency_plot_has_labelled_log_axes():
+    (cell,) = ["".join(c["source"]) for c in _solution_cells() if "label_fractions = " in "".join(c["source"])]
+    assert 'set_xscale("log")' in cell and "xlabel=" in cell and "ylabel=" in cell and "(%)" in cell
+    assert "linear_probe_accuracy(" in cell and "train_supervised(" in cell and "print(" in cell
+
+
+# ------------------------------------------------------- hollow answers earn nothing
+def test_a_constant_probe_accuracy_fails_every_value_case(ns):
+    """A constant accuracy (1.0 or any other) cannot pass the probe's value cases: the judge's test sets give
+    accuracies far apart."""
+    from grader.probes import taskA_simclr as probes
+
+    class Names:
+        def __init__(self, names):
+            self.__dict__.update(names)
+
+    for seed in (0, 1):
+        for probe, check in (("probe_accuracy", checks.check_probe_accuracy),
+                             ("probe_standardises", checks.check_probe_standardises)):
+            ref = probes.PROBES[probe].fn(Names(ns), torch.Generator().manual_seed(seed))
+            check(ref, ref)
+            for constant in (0.0, 0.5, 0.9, 1.0, sum(ref) / len(ref)):
+                with pytest.raises(AssertionError):
+                    check([constant] * len(ref), ref)
+
+
+HOLLOW = {  # answer cell: source that keeps every property (dtype, shape, gradients, generator use) but computes nothing
+    "nt_xent_loss_loop": """def nt_xent_loss_loop(z1, z2, temperature=0.5):
+    return (0 * (z1.sum() + z2.sum()) + 1.0).to(z1.dtype)
+""",
+    "nt_xent_loss": """def nt_xent_loss(z1, z2, temperature=0.5):
+    if z1.dim() != 2 or z1.shape != z2.shape:
+        raise ValueError("z1 and z2 must be two [N, d] of one shape")
+    if not temperature > 0:
+        raise ValueError("temperature must be positive")
+    return (0 * (z1.sum() + z2.sum()) + math.log(2 * len(z1) - 1)).to(z1.dtype)
+""",
+    "projection_head": """class ProjectionHead(nn.Module):
+    def __init__(self, in_dim, hidden_dim=1024, out_dim=128):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(in_dim, hidden_dim), nn.BatchNorm1d(hidden_dim), nn.ReLU(),
+                                 nn.Linear(hidden_dim, out_dim))
+
+    def forward(self, h):
+        return self.net(h) + torch.rand(len(h), self.net[-1].out_features)
+""",
+    "simclr_train_step": """def simclr_train_step(encoder, head, optimizer, images, *, temperature=0.5, augment=None, generator=None,
+                      autocast_dtype=None):
+    augment = simclr_augment if augment is None else augment
+    augment(images, generator), augment(images, generator)
+    return torch.zeros((), dtype=torch.float32)
+""",
+    "knn_accuracy": """def knn_accuracy(train_feats, train_labels, test_feats, test_labels, *, k=20, batch_size=1024):
+    if not 1 <= k <= len(train_feats):
+        raise ValueError("k must be between 1 and N")
+    return 1.0
+""",
+}
+
+
+def _hollow_probe(constant: str) -> str:
+    """The release's probe cell (given code kept) with the student's two parts hollow: no standardisation
+    (the caller's tensors untouched) and a constant accuracy."""
+    (cell,) = [c for c in _solution_cells() if _grade_id(c) == "linear_probe_accuracy"]
+    source = "".join(cell["source"])
+    first, rest = source.split("### BEGIN SOLUTION", 1)
+    _, rest = rest.split("### END SOLUTION", 1)
+    middle, rest = rest.split("### BEGIN SOLUTION", 1)
+    _, last = rest.split("### END SOLUTION", 1)
+    return (first + "x_train, x_test = train_feats.float(), test_feats.float()\n" + middle
+            + f"return {constant}\n" + last)
+
+
+@pytest.mark.slow
+def test_hollow_answers_score_nothing_on_any_core_test_cell(tmp_path):
+    """Constants, noise and fixed patterns that keep every property score 0 on every core test cell."""
+    from grader.judge import points_per_test_cell, sweep
+    from grader.mutants import student_copy
+
+    release = json.loads((checks._SOLUTION.parents[2] / "notebooks" / "ex01" / "taskA_simclr.ipynb").read_text())
+    solution = json.loads(checks._SOLUTION.read_text())
+    core = [cell for cell in points_per_test_cell(release) if cell.removeprefix("test_") in
+            {"nt_xent_loss_loop", "nt_xent_loss", "projection_head", "simclr_train_step", "linear_probe_accuracy",
+             "knn_accuracy"}]
+    assert len(core) == 6, core
+    variants = {}
+    for name, probe_constant in (("ones", "1.0"), ("half", "0.5")):
+        nb = student_copy(release, solution)
+        answers = {**HOLLOW, "linear_probe_accuracy": _hollow_probe(probe_constant)}
+        for c in nb["cells"]:
+            if _grade_id(c) in answers:
+                c["source"] = answers[_grade_id(c)]
+        variants[name] = nb
+    verdicts = sweep("taskA_simclr", release, solution, variants, [0, 1], cells={n: core for n in variants},
+                     workroot=tmp_path)
+    for (name, seed), verdict in verdicts.items():
+        earned = {cell: pts for cell, pts in verdict.points.items() if pts}
+        assert not earned, (f"hollow answers ({name}, seed {seed}) earned {earned}: "
+                            f"{[(c.name, c.message) for c in verdict.cases if c.passed]}")

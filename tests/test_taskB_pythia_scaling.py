@@ -496,3 +496,248 @@ def test_a_hub_checkpoint_loads_spread_by_accelerate_with_device_map(fake_hub, t
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ASKED ['auto'] MAP ['cpu'] FINITE True" in proc.stdout, proc.stdout
+
+
+# ------------------------------------------------------------------ given code inside the answer cells
+def _answer_parts(cell: str) -> tuple[str, str, str]:
+    """(given code before, the solution block, given code after) of a solution answer cell."""
+    from utils.notebook_cells import cell_source, grade_id, notebook_cells
+
+    (source,) = [cell_source(c) for c in notebook_cells(NOTEBOOK) if grade_id(c) == cell]
+    head, rest = source.split("### BEGIN SOLUTION\n", 1)
+    block, tail = rest.split("### END SOLUTION", 1)
+    return head, block, tail.removeprefix("\n")
+
+
+def _task_text(cell: str) -> str:
+    """The markdown cells between the previous code cell and answer cell ``cell``: its task text."""
+    from utils.notebook_cells import cell_source, grade_id, notebook_cells
+
+    cells = notebook_cells(NOTEBOOK)
+    i = next(k for k, c in enumerate(cells) if grade_id(c) == cell)
+    text = []
+    for c in reversed(cells[:i]):
+        if c["cell_type"] != "markdown":
+            break
+        text.append(cell_source(c))
+    return "\n".join(reversed(text))
+
+
+CORE_ANSWERS = ["bookkeeping", "fit_power_law", "predict_held_out", "compute_optimal"]
+
+
+def _reads_before_writes(code: str) -> set[str]:
+    """Names that ``code`` (a function body's statements, in order) reads before it assigns them: what it takes
+    from the code that ran before it. A nested ``def`` counts as an assignment of its name; its body is its own."""
+    import ast
+
+    written, read = set(), set()
+
+    def loads(node):
+        if isinstance(node, (ast.FunctionDef, ast.Lambda)):
+            return set()
+        here = {node.id} if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) else set()
+        return here.union(*(loads(child) for child in ast.iter_child_nodes(node)))
+
+    for stmt in ast.parse(code).body:
+        if isinstance(stmt, ast.FunctionDef):
+            written.add(stmt.name)
+            continue
+        read |= loads(stmt) - written
+        written |= {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return read
+
+
+@pytest.mark.parametrize("cell", CORE_ANSWERS)
+def test_given_code_after_an_answer_reads_only_names_the_text_gives(cell):
+    """Given code that runs after the student's part may read a variable the student's part defines only when
+    the task text names it (in backticks): a correct answer that calls its log-sizes ``logN`` instead of the
+    solution's ``x`` must not meet a NameError in the given code."""
+    import ast
+    import textwrap
+
+    head, block, tail = _answer_parts(cell)
+    assigned = {n.id for n in ast.walk(ast.parse(textwrap.dedent(block).replace("return ", "_ = ")))
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    tail_code = textwrap.dedent(tail.split("\ndef ", 1)[0])   # up to the next function of the cell, if any
+    from_the_answer = _reads_before_writes(tail_code) & assigned
+    named = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", _task_text(cell)))
+    assert from_the_answer <= named, (
+        f"{cell}: the given code after the answer reads {sorted(from_the_answer - named)}, which the student's part "
+        f"defines but the task text never names")
+
+
+def test_the_given_code_rule_can_fail():
+    """The check above on the fit_power_law cell as it read before: its given branch read ``x`` and ``log_nc``."""
+    old_tail = """if not irreducible:
+    return fit
+
+def law(x, E, alpha, log_nc):
+    return E + np.exp(alpha * (log_nc - x))
+
+p0 = [0.5 * L.min(), max(fit["alpha"], 1e-3), log_nc]
+(E, alpha, log_nc), pcov = curve_fit(law, x, L, p0=p0)
+"""
+    assert _reads_before_writes(old_tail) >= {"fit", "x", "log_nc"}
+    assert "law" not in _reads_before_writes(old_tail) and "E" not in _reads_before_writes(old_tail)
+
+
+def test_a_correct_fit_with_other_names_passes_the_visible_test_and_matches_the_solution(solution):
+    """The honest variant with its own names (logN, lnNc, no x) and a seventh key: the given irreducible=True
+    branch runs on its ``fit``, the visible test cell passes, and every result equals the solution's."""
+    from fixtures.honest import load
+
+    from utils.notebook_cells import cell_source, grade_id, notebook_cells
+
+    (variant,) = [h for h in load("taskB_pythia_scaling") if "other names" in h.name]
+    ns = {k: solution[k] for k in ("np", "math", "curve_fit")}
+    exec(variant.source, ns)
+    (test_cell,) = [cell_source(c) for c in notebook_cells(NOTEBOOK) if grade_id(c) == "test_fit_power_law"]
+    exec(test_cell, dict(ns))
+    N = np.geomspace(1e5, 1e10, 9)
+    L = 1.8 + (3e7 / N) ** 0.3 * np.exp(np.random.default_rng(0).normal(0, 0.003, N.size))
+    for irreducible in (False, True):
+        got, want = ns["fit_power_law"](N, L, irreducible=irreducible), solution["fit_power_law"](N, L, irreducible=irreducible)
+        for key in ("alpha", "N_c", "E", "alpha_err", "N_c_err", "E_err"):
+            assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-12), (irreducible, key)
+
+
+def test_fit_text_names_the_keys_the_visible_test_and_judge_ask_for():
+    """Text, visible test and judge agree: ``fit`` needs alpha, N_c, alpha_err, N_c_err; the returned dict the
+    six docstring keys, more keys allowed (the judge's as_dict, the visible test's subset check)."""
+    text = _task_text("fit_power_law")
+    for key in ("alpha", "N_c", "alpha_err", "N_c_err"):
+        assert f'`"{key}"`' in text
+    assert "more keys do no harm" in text and "`log_nc`" not in text
+    from grader.checks.taskB_pythia_scaling import _FIT_KEYS, check_pure_fit
+
+    fit = dict.fromkeys(_FIT_KEYS, 1.0) | {"E": 0.0, "log_nc": 0.0}
+    check_pure_fit(fit, dict(fit))  # a seventh key is no error
+
+
+# ------------------------------------------------------------------ published evaluations of the real suite
+def test_published_tables_have_the_real_models_and_their_counts():
+    from utils.scaling import published_lambada, published_wikitext
+
+    final = published_wikitext(final_only=True)
+    assert final["model"].tolist() == ["pythia-160m", "pythia-410m", "pythia-1.4b", "pythia-6.9b", "pythia-12b"]
+    assert (final["tokens_seen"] == 299_892_736_000).all() and (final["step"] == 143_000).all()
+    assert final["non_embedding_params"].tolist() == [PUBLISHED_NON_EMBEDDING[s] for s in ("160m", "410m", "1.4b", "6.9b", "12b")]
+    assert final["bits_per_byte"].is_monotonic_decreasing
+    assert len(published_wikitext()) == 5 * 15 and len(published_wikitext(deduped=True, final_only=True)) == 5
+    lambada = published_lambada()
+    assert sorted(lambada["model"].unique()) == sorted(f"pythia-{s}" for s in ("70m", "160m", "410m", "1.4b", "2.8b", "6.9b", "12b"))
+    assert (lambada["tokens_seen"] == lambada["step"] * 2_097_152).all() and 1 not in set(lambada["step"])
+
+
+def test_published_loaders_say_what_to_do_when_the_files_are_missing(tmp_path, monkeypatch):
+    from utils import scaling
+
+    monkeypatch.setattr(scaling, "PYTHIA_EVALS_DIR", tmp_path / "pythia-evals")
+    for load in (scaling.published_wikitext, scaling.published_lambada):
+        with pytest.raises(FileNotFoundError, match="data/pythia-evals"):
+            load()
+
+
+def test_the_published_data_carries_its_licence_and_source():
+    from utils.paths import DATA_DIR
+
+    notice = (DATA_DIR / "pythia-evals" / "NOTICE.md").read_text(encoding="utf-8")
+    assert "Apache" in notice and "EleutherAI" in notice and "Biderman et al. (2023)" in notice
+    assert "pythia-evals/" in (DATA_DIR / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_scaling_law_of_the_real_suite_from_the_published_numbers(solution):
+    """What the notebook shows offline: alpha over 160m to 12b near Kaplan's 0.076, and the fit on 160m to 1.4b
+    under-predicting 6.9b and 12b, both above its band (the written answer's rubric quotes these numbers)."""
+    from utils.scaling import published_wikitext
+
+    final = published_wikitext(final_only=True)
+    N, L = final["non_embedding_params"].to_numpy(float), final["bits_per_byte"].to_numpy(float)
+    whole, small = solution["fit_power_law"](N, L), solution["fit_power_law"](N[:3], L[:3])
+    assert round(whole["alpha"], 3) == 0.072 and round(whole["alpha_err"], 3) == 0.003
+    assert round(small["alpha"], 3) == 0.080
+    pred = solution["predict_held_out"](N, L, 3)
+    assert np.round(pred["L_pred"], 3).tolist() == [0.660, 0.631]
+    assert np.round(pred["L_low"], 3).tolist() == [0.648, 0.617] and np.round(pred["L_high"], 3).tolist() == [0.673, 0.645]
+    assert (L[3:] > pred["L_high"]).all()
+    assert round(solution["fit_power_law"](N, L, irreducible=True)["E"], 2) == 0.43
+
+
+def test_the_small_real_models_get_worse_late_in_training():
+    from utils.scaling import published_lambada
+
+    lambada = published_lambada()
+    for name, curve in lambada.groupby("model"):
+        ratio = curve["lambada_perplexity"].iloc[-1] / curve["lambada_perplexity"].min()
+        if name in ("pythia-70m", "pythia-160m"):
+            assert ratio > 1.4, name
+        else:
+            assert ratio < 1.05, name
+
+
+# ------------------------------------------------------------------ hollow answers earn nothing
+HOLLOW = {
+    "bookkeeping": """\
+    if np.ndim(step) == 0:
+        return 12345
+    return np.full(np.shape(step), 7, dtype=np.int64)
+    ### END SOLUTION
+
+
+def training_compute(n_params, n_tokens):
+    if np.any(np.asarray(n_params) <= 0) or np.any(np.asarray(n_tokens) < 0):
+        raise ValueError("n_params must be positive and n_tokens non-negative")
+    ### BEGIN SOLUTION
+    C = np.asarray(np.random.default_rng(0).random(np.broadcast(np.asarray(n_params), np.asarray(n_tokens)).shape) * 1e20)
+    return float(C) if C.ndim == 0 else C
+""",
+    "fit_power_law": """\
+    fit = {"alpha": 0.076, "N_c": 8.8e13, "alpha_err": float(np.random.default_rng(1).random()), "N_c_err": 1e12}
+""",
+    "predict_held_out": """\
+    held = N[n_fit:]
+    noise = np.random.default_rng(2).random(held.size)
+    return {"N": held, "L_pred": 3.0 + noise, "L_low": 2.9 + noise, "L_high": 3.1 + noise}
+""",
+    "compute_optimal": """\
+    return C / 6 / 1e10, np.full(np.shape(C), 1e10) + 0.0 * C
+""",
+}
+
+
+def _hollow(cell: str) -> str:
+    """The release's answer cell with a hollow part: constants and noise of the right type and shape."""
+    head, block, tail = _answer_parts(cell)
+    if cell == "bookkeeping":  # two functions in one cell: the first block and the second, both hollow
+        second = tail.split("### END SOLUTION", 1)[1]
+        return head + "### BEGIN SOLUTION\n" + HOLLOW[cell] + "    ### END SOLUTION\n" + second
+    return head + "### BEGIN SOLUTION\n" + HOLLOW[cell] + "    ### END SOLUTION\n" + tail
+
+
+@pytest.mark.slow
+def test_hollow_answers_score_nothing_on_any_core_test_cell(tmp_path):
+    """Answers that return constants or noise of the right shapes and types, with the given code kept,
+    earn 0 on every core test cell: no case scores for an interface without the values."""
+    from fixtures.honest import with_answer
+
+    from grader.judge import points_per_test_cell, sweep
+    from grader.mutants import student_copy
+    from grader.tiers import grade_tiers
+
+    from conftest import RELEASE
+
+    release = json.loads((RELEASE / "taskB_pythia_scaling.ipynb").read_text(encoding="utf-8"))
+    solution_nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+    hollow = student_copy(release, solution_nb)
+    for cell in CORE_ANSWERS:
+        hollow = with_answer(hollow, cell, _hollow(cell))
+    core = [g for g, tier in grade_tiers(NOTEBOOK).items() if tier == "core" and g in points_per_test_cell(release)]
+    assert sorted(core) == ["test_bookkeeping", "test_compute_optimal", "test_fit_power_law", "test_predict_held_out"]
+    verdicts = sweep("taskB_pythia_scaling", release, solution_nb, {"hollow": hollow}, [0, 1, 2],
+                     cells={"hollow": core}, workroot=tmp_path)
+    for seed in (0, 1, 2):
+        v = verdicts[("hollow", seed)]
+        earned = {cell: pts for cell, pts in v.points.items() if pts}
+        assert not earned, f"seed {seed}: hollow answers earned {earned}: {[c.name for c in v.cases if c.passed]}"
+        assert v.cases and not any(c.passed for c in v.cases)

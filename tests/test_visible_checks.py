@@ -55,6 +55,15 @@ WITHOUT_MUTANT: dict[str, str] = {
     "taskA_simclr:probe_test_set_unused": "the probe's training loop (on x_train only) is given code",
     "taskB_pythia_scaling:fit_irreducible": "fit_power_law's irreducible=True branch is given code",
     "taskB_pythia_scaling:fit_rejects_bad_input": "fit_power_law's input checks are given code",
+    "taskB_pythia_scaling:tokens_seen_rejects_negative": "tokens_seen's input checks are given code",
+    "taskB_pythia_scaling:predict_rejects_bad_split": "predict_held_out's check of n_fit is given code",
+    "taskB_pythia_scaling:optimal_rejects_bad_budget": "compute_optimal's check of the budget is given code",
+    "task1_infonce:info_nce_rejects_1d": "info_nce_loss's input check is given code",
+    "task1_infonce:nce_rejects_no_negative": "nce_loss's input check is given code",
+    "task1_infonce:cosine_rejects_batch_mismatch": "cosine_scores's input checks are given code",
+    "task1_infonce:cosine_rejects_bad_temperature": "cosine_scores's input checks are given code",
+    "task1_infonce:gaussian_mi_rejects_rho_one": "gaussian_mutual_information's input check is given code",
+    "task1_infonce:mi_bound_rejects_per_sample": "infonce_mi_lower_bound's input check is given code",
 }
 
 

@@ -1,9 +1,10 @@
 """Given plumbing for Task 1's critic experiments (nothing here is graded).
 
 Correlated Gaussian pairs whose mutual information is known, the optimal critic (the true log density
-ratio), a small separable MLP critic, score matrices with ``k`` fresh negatives, and a training loop
-that takes the loss as an argument: the notebook passes in the student's own ``info_nce_loss``, so no
-InfoNCE is implemented here.
+ratio), a small separable MLP critic and its cosine variant, score matrices with ``k`` fresh negatives,
+and a training loop that takes the loss as an argument: the notebook passes in the student's own
+``info_nce_loss`` or ``nce_loss`` (and ``cosine_scores`` to the cosine critic), so no loss is implemented
+here.
 """
 
 from __future__ import annotations
@@ -47,6 +48,33 @@ class SeparableCritic(nn.Module):
         return (self.g(x) * self.h(y)).sum(-1)
 
 
+class CosineCritic(nn.Module):
+    """f(x, y) = cos(g(x), h(y)) / tau: the two MLPs of :class:`SeparableCritic`, scored by ``cosine_scores``
+    (anchors [B, D], candidates [B, K+1, D], tau -> [B, K+1]; the notebook passes in the student's function).
+    Its scores lie in [-1/tau, 1/tau] whatever the encoders learn."""
+
+    def __init__(self, dim: int, temperature: float, cosine_scores: Callable, hidden: int = 64, out: int = 32):
+        super().__init__()
+        self.encoders = SeparableCritic(dim, hidden, out)
+        self.temperature = temperature
+        self.cosine_scores = cosine_scores
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """x [n, 1, dim] (one anchor per row) and y [n, k+1, dim] (its candidates); returns scores [n, k+1]."""
+        anchors = self.encoders.g(x[:, 0])
+        candidates = self.encoders.h(y)
+        return self.cosine_scores(anchors, candidates, self.temperature)
+
+
+def candidates_near_and_far(x: torch.Tensor, m: int, rho: float, generator: torch.Generator) -> torch.Tensor:
+    """Candidates [n, 2m, dim] for anchors x [n, dim]: m drawn from p(y | x) (likely partners), then m from
+    the marginal p(y) = N(0, I) (typical negatives), so that they span the range of the true log ratio."""
+    n, dim = x.shape
+    near = rho * x[:, None, :] + math.sqrt(1 - rho ** 2) * torch.randn(n, m, dim, generator=generator)
+    far = torch.randn(n, m, dim, generator=generator)
+    return torch.cat([near, far], dim=1)
+
+
 def scores_with_negatives(critic: Callable, x: torch.Tensor, y_pos: torch.Tensor, k: int,
                           generator: torch.Generator, dim: int) -> torch.Tensor:
     """Score matrix [n, k+1] for anchors x [n, dim]: column 0 scores the positive y_pos [n, dim], columns
@@ -57,8 +85,9 @@ def scores_with_negatives(critic: Callable, x: torch.Tensor, y_pos: torch.Tensor
 
 
 def train_critic(loss_fn: Callable, k: int, *, dim: int, rho: float, steps: int, batch: int,
-                 generator: torch.Generator, lr: float = 3e-3, progress: bool = True):
-    """Train a fresh :class:`SeparableCritic` with ``k`` negatives per anchor from the marginal.
+                 generator: torch.Generator, lr: float = 3e-3, progress: bool = True, critic: nn.Module | None = None):
+    """Train ``critic`` (by default a fresh :class:`SeparableCritic`) with ``k`` negatives per anchor from the
+    marginal.
 
     Every step draws ``batch`` new pairs, scores each anchor against its positive (column 0) and ``k``
     fresh negatives, and takes an Adam step on ``loss_fn(scores)`` (scores [batch, k+1] -> a 0-dim mean
@@ -70,7 +99,7 @@ def train_critic(loss_fn: Callable, k: int, *, dim: int, rho: float, steps: int,
     """
     from tqdm.auto import tqdm
 
-    critic = SeparableCritic(dim)
+    critic = SeparableCritic(dim) if critic is None else critic
     optimizer = torch.optim.Adam(critic.parameters(), lr=lr)
     losses = []
     threads = torch.get_num_threads()

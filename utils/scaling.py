@@ -1,5 +1,5 @@
-"""Plumbing for Task B (Pythia scaling laws): the Pythia architectures, published constants,
-WikiText detokenisation as lm-evaluation-harness does it, a CSV results cache, a checkpoint
+"""Plumbing for Task B (Pythia scaling laws): the Pythia architectures, published constants, the
+published evaluations of the real suite (data/pythia-evals/), WikiText detokenisation as lm-evaluation-harness does it, a CSV results cache, a checkpoint
 sweep, the Chinchilla-style parametric fit and hub-cache clean-up.
 
 It also gives the notebook's core two stand-ins: parameter counts looked up in a published source
@@ -52,6 +52,9 @@ BESIROGLU = {"E": 1.82, "A": 482.0, "B": 2085.4, "alpha": 0.348, "beta": 0.366}
 PUBLISHED_WIKITEXT_WORD_PERPLEXITY = {"160m": 32.1, "410m": 22.5, "1.4b": 16.5, "6.9b": 12.30, "12b": 11.36}
 
 _CONFIG_FILE = DATA_DIR / "pythia_configs.json"
+#: Published evaluations of the real Pythia models by EleutherAI (their ``pythia`` repository, Apache-2.0):
+#: see data/pythia-evals/README.md.
+PYTHIA_EVALS_DIR = DATA_DIR / "pythia-evals"
 
 
 # ------------------------------------------------------------------------------- architectures
@@ -102,6 +105,61 @@ def known_parameter_counts(models: Iterable[str], manifest: dict | None = None) 
         core = int(arch["non_embedding_params"])
         counts[name] = (core + 2 * arch["vocab_size"] * arch["hidden_size"], core)
     return counts
+
+
+def _published_table(file_name: str):
+    """One CSV of data/pythia-evals/ as a DataFrame; a clear error when the pack's copy is missing."""
+    import pandas as pd
+
+    path = PYTHIA_EVALS_DIR / file_name
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing. The published Pythia evaluations ship with the course pack in data/pythia-evals/ "
+            "(data/README.md says what they are): unpack the pack again (ex01-student.zip, or ./pack.sh env in the "
+            "course repository) or copy that folder back.")
+    return pd.read_csv(path)
+
+
+def published_wikitext(*, final_only: bool = False, deduped: bool = False):
+    """WikiText evaluations of the real Pythia models as EleutherAI published them (lm-evaluation-harness,
+    Pythia v0: 160m, 410m, 1.4b, 6.9b, 12b, 15 checkpoints each), not measured by this pack.
+
+    Returns a DataFrame ``[rows, 6]``, sorted by size then tokens: ``model`` (``"pythia-160m"``, with
+    ``-deduped`` for the models trained on the deduplicated Pile), ``tokens_seen`` (int), ``step`` (the
+    checkpoint in Pythia's 2,097,152-token steps, ``tokens_seen / 2,097,152``), ``non_embedding_params``
+    (int: the Pythia paper's N, the same architectures as the hub's v1 models), ``bits_per_byte`` (the
+    held-out cross-entropy per UTF-8 byte, in bits) and ``word_perplexity``. ``final_only`` keeps each
+    model's last checkpoint (all at 299,892,736,000 tokens).
+    """
+    table = _published_table("pythia_v0_wikitext_by_step.csv")
+    table = table[table["model_v0"].str.endswith("-deduped") == deduped]
+    out = table.rename(columns={"model_v0": "model", "wikitext_bits_per_byte": "bits_per_byte",
+                                "wikitext_word_ppl": "word_perplexity"})
+    out = out.assign(step=out["tokens_seen"] // PYTHIA_TOKENS_PER_STEP,
+                     non_embedding_params=out["model"].map(published_non_embedding_params))
+    if final_only:
+        out = out[out["tokens_seen"] == out.groupby("model")["tokens_seen"].transform("max")]
+    columns = ["model", "tokens_seen", "step", "non_embedding_params", "bits_per_byte", "word_perplexity"]
+    return out.sort_values(["non_embedding_params", "tokens_seen"])[columns].reset_index(drop=True)
+
+
+def published_lambada(*, shots: int = 0, deduped: bool = False):
+    """LAMBADA (OpenAI) evaluations of the real Pythia v1 models as EleutherAI published them: 70m, 160m,
+    410m, 1.4b, 2.8b, 6.9b and 12b (the standard 1b has no files) at up to 27 checkpoints, not measured by
+    this pack. LAMBADA asks for the last word of a passage; its perplexity is over that one word.
+
+    Returns a DataFrame ``[rows, 6]``, sorted by size then step: ``model``, ``step``, ``tokens_seen``
+    (int), ``non_embedding_params`` (int), ``lambada_perplexity`` and ``lambada_accuracy``. ``shots``: 0 or
+    5 examples in the prompt. Step 1 is dropped: the published files give it step 0's numbers.
+    """
+    table = _published_table("pythia_v1_lambada_by_step.csv")
+    sizes = table["model"].str.removeprefix("pythia-").str.removesuffix("-deduped")
+    table = table[(table["shots"] == shots) & sizes.isin(PYTHIA_SIZES) & (table["step"] != 1)
+                  & (table["model"].str.endswith("-deduped") == deduped)]
+    out = table.rename(columns={"lambada_openai_ppl": "lambada_perplexity", "lambada_openai_acc": "lambada_accuracy"})
+    out = out.assign(non_embedding_params=out["model"].map(published_non_embedding_params))
+    columns = ["model", "step", "tokens_seen", "non_embedding_params", "lambada_perplexity", "lambada_accuracy"]
+    return out.sort_values(["non_embedding_params", "step"])[columns].reset_index(drop=True)
 
 
 def context_length(config) -> int:

@@ -302,8 +302,9 @@ def _train_mini_bert(suite: str, recipe: SuiteRecipe, bert_recipe: SuiteRecipe, 
         "tokens_per_step": bert_recipe.tokens_per_step(),
         "steps": recipe.bert_steps,
         "mask_probability": recipe.mask_probability,
-        "corruption": "every chosen position becomes the mask token (Devlin et al. 2019's 100/0/0, "
-                      "not 80/10/10); at least one chosen position per sequence",
+        "corruption": ("every chosen position becomes the mask token (Devlin et al. 2019's 100/0/0, not 80/10/10)"
+                       if recipe.bert_corruption == "all-mask" else "BERT's 80/10/10 rule (mask token, a random token "
+                       "of the training vocabulary, unchanged)") + "; at least one chosen position per sequence",
         "total_params": bert_total_params(recipe),
         "mask_token": MASK_TOKEN,
         "mask_token_id": tokenizer.mask_token_id,

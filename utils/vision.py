@@ -215,30 +215,36 @@ def kornia_pipeline(size: int = 32, *, crop: bool = True, colour: bool = True, s
 
 
 def simclr_augment(images: torch.Tensor, generator: torch.Generator | None = None, *, size: int = 32,
-                   crop: bool = True, colour: bool = True, scale=(0.2, 1.0)) -> torch.Tensor:
+                   crop: bool = True, colour: bool = True, scale=(0.2, 1.0),
+                   batched: bool | None = None) -> torch.Tensor:
     """One SimCLR view of every image (given code).
 
     ``images``: ``uint8`` or ``float [N, 3, H, W]`` on any device -> ``float32 [N, 3, size, size]`` in
     [0, 1] on the same device. Every image gets its own crop, flip and colours (a v2 transform called
     on a whole batch would draw one set for all). On the CPU each image goes through
-    :func:`simclr_pipeline` on its own, a few thousand views per second per core; on a GPU the whole
-    batch goes through :func:`kornia_pipeline` at once (per-image work would leave the GPU waiting on
-    the CPU). The random numbers come from one seed drawn from ``generator`` (torch's global generator
-    when None): the same generator state on the same device gives the same views.
+    :func:`simclr_pipeline` on its own, a few thousand views per second per core; on a GPU
+    (``batched=None``, or ``batched=True`` on any device) the whole batch goes through
+    :func:`kornia_pipeline` at once (per-image work would leave the GPU waiting on the CPU). Inside
+    :func:`train_loop`, the batched path augments many upcoming batches in one call (:class:`BatchPlan`):
+    kornia's cost per call hardly depends on the batch at 32x32, so a call per 512 images would leave
+    the GPU waiting on kornia's launches. The random numbers come from one seed drawn from ``generator``
+    (torch's global generator when None) per call, or per chunk of batches in a training loop: the same
+    generator state on the same device gives the same views.
     """
     if images.dim() != 4 or images.shape[1] != 3:
         raise ValueError(f"images must be [N, 3, H, W], got {tuple(images.shape)}")
-    source = generator.device if generator is not None else "cpu"
-    seed = int(torch.randint(0, 2 ** 62, (), generator=generator, device=source))
-    batched = kornia_pipeline(size, crop=crop, colour=colour, scale=scale) if images.is_cuda else None
-    if batched is not None:
-        with torch.random.fork_rng(devices=[images.device]):   # kornia draws from the global generators
-            torch.manual_seed(seed)
-            return batched(to_float_images(images)).float().clamp_(0, 1)
+    use_kornia = images.is_cuda if batched is None else batched
+    batched_pipeline = kornia_pipeline(size, crop=crop, colour=colour, scale=scale) if use_kornia else None
+    if batched_pipeline is not None:
+        plan = _ACTIVE_PLAN[0]
+        if plan is not None and plan.serves(images):
+            return plan.views(images, generator, batched_pipeline, (size, crop, colour, tuple(scale)))
+        return _kornia_views(batched_pipeline, images, _draw_seed(generator))
+    seed = _draw_seed(generator)
     pipeline = simclr_pipeline(size, crop=crop, colour=colour, scale=scale)
     on_cpu = to_float_images(images.detach().cpu())
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one 32x32 image is too small to share: extra threads only wait (5x slower on 2 busy cores)
+    torch.set_num_threads(1)  # one 32x32 image is too small to share: extra threads only wait (5x slower, 2 busy cores)
     try:
         with torch.random.fork_rng(devices=[]):  # torchvision draws from the global generator
             torch.manual_seed(seed)
@@ -246,6 +252,66 @@ def simclr_augment(images: torch.Tensor, generator: torch.Generator | None = Non
     finally:
         torch.set_num_threads(threads)
     return torch.stack(views).clamp_(0, 1).to(images.device, non_blocking=True)
+
+
+def _draw_seed(generator: torch.Generator | None) -> int:
+    source = generator.device if generator is not None else "cpu"
+    return int(torch.randint(0, 2 ** 62, (), generator=generator, device=source))
+
+
+def _kornia_views(pipeline: nn.Module, images: torch.Tensor, seed: int) -> torch.Tensor:
+    """``pipeline`` (kornia, which draws from the global generators) on ``images`` with ``seed``, the global
+    random states left as they were."""
+    with torch.random.fork_rng(devices=[images.device] if images.is_cuda else []):
+        torch.manual_seed(seed)
+        return pipeline(to_float_images(images)).float().clamp_(0, 1)
+
+
+#: The plan of the training loop now running (one element, so that it can be set from train_loop).
+_ACTIVE_PLAN: list = [None]
+
+#: Images per kornia call when a training loop augments ahead (two views each): 16,384 views of 32x32
+#: in float32 are 200 MB of GPU memory, and enough to hide kornia's per-call overhead.
+PLAN_CHUNK_IMAGES = 8192
+
+
+class BatchPlan:
+    """The batches :func:`train_loop` hands to its step function, known in advance, so that the batched
+    path of :func:`simclr_augment` augments ``chunk_images`` images at a time (two views of each) instead
+    of one batch per call. Only a call with the very tensor the loop just handed over is served from the
+    plan, and only the first two calls per batch (the two views); anything else is augmented as usual.
+    A chunk never crosses an epoch's end (the loop saves the generator's state there), so a resumed run
+    draws the same views. The views of every image are independent draws of the same pipeline: chunking
+    changes when the random numbers are drawn, not their distribution (tests/test_augmentation_stats.py)."""
+
+    def __init__(self, images: torch.Tensor, order: torch.Tensor, batch_size: int, steps: int,
+                 chunk_images: int = PLAN_CHUNK_IMAGES):
+        self.images, self.order, self.batch_size, self.steps = images, order, batch_size, steps
+        self.chunk_steps = max(1, chunk_images // batch_size)
+        self.step, self.batch, self.calls = -1, None, {}
+        self.chunks: dict = {}  # settings -> (first step, views [calls, steps in chunk, B, 3, s, s])
+
+    def hand_over(self, step: int, batch: torch.Tensor) -> None:
+        self.step, self.batch, self.calls = step, batch, {}
+
+    def serves(self, images: torch.Tensor) -> bool:
+        return images is self.batch
+
+    def views(self, images: torch.Tensor, generator, pipeline: nn.Module, settings: tuple) -> torch.Tensor:
+        call = self.calls.get(settings, 0)
+        if call >= 2:  # more than two views of one batch: not planned
+            return _kornia_views(pipeline, images, _draw_seed(generator))
+        self.calls[settings] = call + 1
+        first, views = self.chunks.get(settings, (None, None))
+        if first is None or not first <= self.step < first + views.shape[1]:
+            first = self.step
+            last = min(self.steps, first + self.chunk_steps)
+            idx = self.order[first * self.batch_size:last * self.batch_size]
+            chunk = self.images[idx]
+            out = _kornia_views(pipeline, torch.cat([chunk, chunk]), _draw_seed(generator))
+            views = out.reshape(2, last - first, self.batch_size, *out.shape[1:])
+            self.chunks[settings] = (first, views)
+        return views[call, self.step - first]
 
 
 # --------------------------------------------------------------------------- feature extraction
@@ -360,6 +426,39 @@ def load_checkpoint(path: Path, map_location="cpu") -> dict | None:
     return torch.load(path, map_location=map_location, weights_only=False)
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+class _Forecast:
+    """Says, once, after the first few steps of a training run, how long its remaining steps will take at
+    the speed just measured (the very first step is left out: cuDNN autotuning, allocation, compilation)."""
+
+    def __init__(self, desc: str, total_steps: int, batch_size: int, device: torch.device):
+        self.desc, self.total, self.batch_size, self.device = desc, total_steps, batch_size, device
+        self.done, self.t1 = 0, None
+        # Steps measured before the forecast: at least one chunk of planned views (BatchPlan) in the window.
+        self.at = max(3, total_steps // 50, PLAN_CHUNK_IMAGES // batch_size)
+
+    def step_done(self) -> None:
+        self.done += 1
+        if self.at + 1 >= self.total:  # too short a run to be worth a forecast
+            return
+        if self.done == 1 or self.done == self.at + 1:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            now = time.perf_counter()
+            if self.done == 1:
+                self.t1 = now
+                return
+            per_step = (now - self.t1) / self.at
+            from tqdm.auto import tqdm
+
+            tqdm.write(f"{self.desc}: about {_duration(per_step * self.total)} for {self.total:,} steps of "
+                       f"{self.batch_size} images ({self.batch_size / per_step:,.0f} images/s, measured on steps "
+                       f"2 to {self.at + 1} of this run; evaluation not included)")
+
+
 def train_loop(
     step_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     modules: dict[str, nn.Module],
@@ -419,16 +518,24 @@ def train_loop(
     for module in modules.values():
         module.train()
     bar = tqdm(range(start_epoch, epochs), desc=desc, unit="epoch", initial=start_epoch, total=epochs)
+    forecast = _Forecast(desc, (epochs - start_epoch) * steps_per_epoch, batch_size, device)
     for epoch in bar:
         # The order depends only on (seed, epoch), so a resumed run sees the same batches.
         order = torch.randperm(len(images), generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
         order = order.to(device)
         start, losses = time.perf_counter(), []
-        for step in range(steps_per_epoch):
-            idx = order[step * batch_size:(step + 1) * batch_size]
-            loss = step_fn(images[idx], None if labels is None else labels[idx])
-            scheduler.step()
-            losses.append(loss.detach() if torch.is_tensor(loss) else torch.tensor(float(loss)))
+        plan = _ACTIVE_PLAN[0] = BatchPlan(images, order, batch_size, steps_per_epoch)
+        try:
+            for step in range(steps_per_epoch):
+                idx = order[step * batch_size:(step + 1) * batch_size]
+                batch = images[idx]
+                plan.hand_over(step, batch)
+                loss = step_fn(batch, None if labels is None else labels[idx])
+                scheduler.step()
+                losses.append(loss.detach() if torch.is_tensor(loss) else torch.tensor(float(loss)))
+                forecast.step_done()
+        finally:
+            _ACTIVE_PLAN[0] = None
         step_losses = torch.stack(losses).float().cpu().tolist()  # one device sync per epoch
         if device.type == "cuda":
             torch.cuda.synchronize(device)

@@ -1,16 +1,17 @@
 """The judge's cases for Task 1 (InfoNCE), compared outside the sandbox.
 
 Each case names a probe of grader/probes/task1_infonce.py and says, in the words of the task text,
-what it checks; the solution's value from the same probe is the expected one. A case that expects
-an error scores only once two value cases of the same function pass (``requires``; never the trivial
-equal-scores case alone). Every requirement here is written in the notebook above the answer cell
-(what to raise and when, dtypes, stability).
+what it checks; the solution's value from the same probe is the expected one. Every case that is not a
+value case scores only once all value cases of its function pass (grader/judge.py derives the gate from
+``FUNCTIONS``); the equal-scores case also needs real values (``requires``), never itself alone. Every
+requirement here is written in the notebook above the answer cell (dtypes, stability). The input checks
+(what raises a ValueError) are given code in the answer cells: their cases are reported, weigh nothing.
 """
 
 from __future__ import annotations
 
 from grader.compare import expect_raises, expect_same
-from grader.judge import Case
+from grader.cases import Case
 
 LOSS = expect_same(rtol=1e-5, atol=1e-5)
 STABLE64 = expect_same(rtol=1e-9, atol=1e-9)
@@ -28,51 +29,52 @@ CASES = [
     Case("test_info_nce_loss", "info_nce_positive_index", "positive_index as an int64 tensor [B] or an int", LOSS,
          weight=2),
     Case("test_info_nce_loss", "info_nce_float64_stable",
-         "float64 scores near 1000 give a finite float64 loss (stable log-sum-exp)", STABLE64),
+         "float64 rows near 1000 and hundreds below give a finite float64 loss (log-sum-exp within each row)",
+         STABLE64, weight=2),
     Case("test_info_nce_loss", "info_nce_gradient", "differentiable: the gradient a training step needs",
-         expect_same(rtol=1e-4, atol=1e-6)),
-    Case("test_info_nce_loss", "info_nce_rejects_1d", "a ValueError for scores that are not 2-D",
-         expect_raises("ValueError"),
-         requires=("info_nce_column0", "info_nce_float64_stable")),
+         expect_same(rtol=1e-4, atol=1e-6), kind="property"),
+    Case("test_info_nce_loss", "info_nce_rejects_1d", "a ValueError for scores that are not 2-D (given code)",
+         expect_raises("ValueError"), weight=0, kind="given"),
     # nce_loss: the test cell's 3 points, shared by the weights below
     Case("test_nce_loss", "nce_values", "mean NCE loss with the log K shift (0-dim, dtype kept)", LOSS, weight=3),
     Case("test_nce_loss", "nce_float64_stable", "float64 scores of size 80 stay finite and exact (F.logsigmoid)",
          STABLE64),
-    Case("test_nce_loss", "nce_rejects_no_negative", "a ValueError when there is no negative (K = 0)",
-         expect_raises("ValueError"), requires=("nce_values", "nce_float64_stable")),
+    Case("test_nce_loss", "nce_rejects_no_negative", "a ValueError when there is no negative, K = 0 (given code)",
+         expect_raises("ValueError"), weight=0, kind="given"),
     # cosine_scores: the test cell's 2 points, shared by the weights below
     Case("test_cosine_scores", "cosine_values", "cosine similarity over the temperature, shape [B, K+1]",
          expect_same(rtol=1e-4, atol=1e-5), weight=2),
     Case("test_cosine_scores", "cosine_scale_invariant", "scores do not depend on the vectors' norms",
-         expect_same(rtol=1e-4, atol=1e-5)),
+         expect_same(rtol=1e-4, atol=1e-5), kind="property"),
     Case("test_cosine_scores", "cosine_rejects_batch_mismatch",
-         "a ValueError when anchors and candidates disagree in B", expect_raises("ValueError"),
-         requires=("cosine_values", "cosine_scale_invariant")),
-    Case("test_cosine_scores", "cosine_rejects_bad_temperature", "a ValueError for a temperature <= 0",
-         expect_raises("ValueError"), requires=("cosine_values", "cosine_scale_invariant")),
+         "a ValueError when anchors and candidates disagree in B (given code)", expect_raises("ValueError"),
+         weight=0, kind="given"),
+    Case("test_cosine_scores", "cosine_rejects_bad_temperature", "a ValueError for a temperature <= 0 (given code)",
+         expect_raises("ValueError"), weight=0, kind="given"),
     # gaussian_mutual_information and infonce_mi_lower_bound: the test cell's 2 points, shared by the weights below
     Case("test_mi_functions", "gaussian_mi_values", "I(X;Y) = -d/2 log(1 - rho^2)",
          expect_same(rtol=1e-9, atol=1e-12, numbers="any"), weight=2),
     Case("test_mi_functions", "gaussian_mi_negative_rho",
          "I(X;Y) = -d/2 log(1 - rho^2) for negative rho, many coordinates and |rho| near 1",
          expect_same(rtol=1e-9, atol=1e-12, numbers="any")),
-    Case("test_mi_functions", "gaussian_mi_rejects_rho_one", "a ValueError for |rho| >= 1", expect_raises("ValueError"),
-         requires=("gaussian_mi_values", "gaussian_mi_negative_rho")),
+    Case("test_mi_functions", "gaussian_mi_rejects_rho_one", "a ValueError for |rho| >= 1 (given code)",
+         expect_raises("ValueError"), weight=0, kind="given"),
     Case("test_mi_functions", "mi_bound_values", "log(K+1) - L from the mean loss",
          expect_same(rtol=1e-6, atol=1e-6, numbers="any"), weight=2),
     Case("test_mi_functions", "mi_bound_float64", "log(K+1) - L from a float64 mean (0-dim) loss and large K",
          expect_same(rtol=1e-9, atol=1e-9, numbers="any")),
-    Case("test_mi_functions", "mi_bound_rejects_per_sample", "a ValueError for per-sample losses (not 0-dim)",
-         expect_raises("ValueError"), requires=("mi_bound_values", "mi_bound_float64")),
+    Case("test_mi_functions", "mi_bound_rejects_per_sample",
+         "a ValueError for per-sample losses, not 0-dim (given code)", expect_raises("ValueError"),
+         weight=0, kind="given"),
     # n_pair_loss: the test cell's 1 point, shared by the weights below
     Case("test_n_pair_loss", "n_pair_values", "mean N-pair loss (0-dim, dtype kept), equal to InfoNCE", LOSS,
          weight=2),
-    Case("test_n_pair_loss", "n_pair_large_gaps", "stable for score gaps of 100 (log-sum-exp)",
+    Case("test_n_pair_loss", "n_pair_large_gaps", "stable for score gaps of 100 (log-sum-exp within each row)",
          expect_same(rtol=1e-5, atol=1e-4)),
 ]
 
-# The function each probe exercises: a case that expects an error scores only once value cases of the SAME
-# function pass (its ``requires``; tests/test_judge_gates.py checks the table).
+# The function each probe exercises: a case that is not a value case scores only once every value case of the
+# SAME function passes (grader/judge.py's value_gates; tests/test_judge_gates.py checks the table).
 FUNCTIONS = {
     "info_nce_loss": ("info_nce_uniform", "info_nce_column0", "info_nce_positive_index", "info_nce_float64_stable",
                       "info_nce_gradient", "info_nce_rejects_1d"),

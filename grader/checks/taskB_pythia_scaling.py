@@ -15,7 +15,7 @@ import numpy as np
 
 from grader.compare import as_dict, as_real, describe, expect_raises
 from grader.evidence import Raised
-from grader.judge import Case
+from grader.cases import Case
 
 #: Totals from float32 logits agree to about 2e-7 (relative) between batchings, float64 sums and
 #: full log-softmax (measured on the honest variants); the window mutants move them by 3e-4 or more.
@@ -108,28 +108,27 @@ def check_words_bytes_loglik(got, ref) -> None:
 
 
 # ------------------------------------------------------------------------------ tokens_seen, training_compute
-def check_python_ints(got, ref) -> None:
+def check_exact_numbers(got, ref) -> None:
+    """One number per call, exactly the solution's (step x tokens_per_step); any integer or float type."""
     for i, (g, r) in enumerate(zip(got, ref)):
         _the_raise(g, f"call {i + 1}")
-        if type(g) is not int:
-            raise AssertionError(f"call {i + 1}: expected a Python int, but it {describe(g)}")
-        if g != r:
-            raise AssertionError(f"call {i + 1}: off by {g - r:+,} tokens")
+        value = as_real(g, f"call {i + 1}")
+        if value != r:
+            raise AssertionError(f"call {i + 1}: off by {value - r:+,.0f} tokens")
 
 
-def expect_arrays(dtype: str, rtol: float):
+def expect_array_values(rtol: float):
+    """One array per call with the solution's shape and values (within ``rtol``), whatever its dtype."""
     def check(got, ref) -> None:
         if not isinstance(got, list) or len(got) != len(ref):
             raise AssertionError(f"expected {len(ref)} results, but it {describe(got)}")
         for i, (g, r) in enumerate(zip(got, ref)):
             where = f"call {i + 1}"
             _the_raise(g, where)
-            if not isinstance(g, np.ndarray):
-                raise AssertionError(f"{where}: expected a NumPy array, but it {describe(g)}")
+            if not isinstance(g, np.ndarray) or g.dtype.kind not in "iuf":
+                raise AssertionError(f"{where}: expected a NumPy array of numbers, but it {describe(g)}")
             if g.shape != r.shape:
                 raise AssertionError(f"{where}: shape {g.shape}, expected {r.shape}")
-            if str(g.dtype) != dtype:
-                raise AssertionError(f"{where}: dtype {g.dtype}, expected {dtype}")
             a, e = g.astype(np.float64), r.astype(np.float64)
             bad = ~(np.abs(a - e) <= rtol * np.abs(e))
             if bad.any():
@@ -137,14 +136,25 @@ def expect_arrays(dtype: str, rtol: float):
     return check
 
 
-def check_python_floats(got, ref) -> None:
-    """[value, isinstance(value, float)] per call: a float (Python or NumPy float64), 6 N D."""
-    for i, ((g, is_float), (r, _)) in enumerate(zip(got, ref)):
+def expect_dtype(dtype: str):
+    """Every returned array has ``dtype`` (a property: it scores only next to the right values)."""
+    def check(got, ref) -> None:
+        if not isinstance(got, list):
+            raise AssertionError(f"expected a list of results, but it {describe(got)}")
+        for i, g in enumerate(got):
+            _the_raise(g, f"call {i + 1}")
+            if not isinstance(g, np.ndarray) or str(g.dtype) != dtype:
+                raise AssertionError(f"call {i + 1}: expected a {dtype} array, but it {describe(g)}"
+                                     + (f" of dtype {g.dtype}" if isinstance(g, np.ndarray) else ""))
+    return check
+
+
+def check_close_numbers(got, ref) -> None:
+    """One number per call, 6 N D within 1e-12 (relative)."""
+    for i, (g, r) in enumerate(zip(got, ref)):
         where = f"call {i + 1}"
         _the_raise(g, where)
-        if is_float is not True:
-            raise AssertionError(f"{where}: expected a float, but it {describe(g)}")
-        _close(as_real(g, where), r, 1e-12, where)
+        _close(as_real(g, where), float(r), 1e-12, where)
 
 
 # ------------------------------------------------------------------------------ fit_power_law
@@ -163,11 +173,19 @@ def _fit(got) -> dict:
 
 
 def check_pure_fit(got, ref) -> None:
+    """alpha and N_c of the least-squares line in log-log space; E = 0."""
     fit = _fit(got)
-    for k in ("alpha", "N_c", "alpha_err", "N_c_err"):
+    for k in ("alpha", "N_c"):
         _close(fit[k], ref[k], 1e-5, k)
     if fit["E"] != 0.0:
         raise AssertionError("E must be 0 for the pure power law")
+
+
+def check_pure_errors(got, ref) -> None:
+    """alpha_err and N_c_err: s^2 (X^T X)^-1 with s^2 = RSS / (n - 2), N_c's by the delta method."""
+    fit = _fit(got)
+    for k in ("alpha", "alpha_err", "N_c_err"):
+        _close(fit[k], ref[k], 1e-5, k)
 
 
 def check_irreducible_fit(got, ref) -> None:
@@ -208,27 +226,35 @@ CASES = [
          expect_raises("ValueError"), requires=("eval_windows", "eval_metrics")),
     Case("test_evaluate_loss", "eval_rejects_no_config", "a TypeError for a model without a .config",
          expect_raises("TypeError", "ValueError"), requires=("eval_windows", "eval_metrics")),
-    # tokens_seen and training_compute: the test cell's 1 point, shared by the weights below
-    Case("test_bookkeeping", "tokens_seen_scalar", "tokens_seen(step) = step x tokens_per_step as an int",
-         check_python_ints),
-    Case("test_bookkeeping", "tokens_seen_array", "tokens_seen on an array: an int64 array (Pythia's steps overflow "
-         "int32)", expect_arrays("int64", 0.0)),
+    # tokens_seen and training_compute: the test cell's 2 points, shared by the weights below; the input checks
+    # are given code (weight 0, reported only)
+    Case("test_bookkeeping", "tokens_seen_scalar", "tokens_seen(step) = step x tokens_per_step for a number",
+         check_exact_numbers),
+    Case("test_bookkeeping", "tokens_seen_array", "tokens_seen on int64 and int32 arrays: the exact token counts "
+         "(Pythia's overflow int32)", expect_array_values(0.0), weight=2),
+    Case("test_bookkeeping", "tokens_seen_dtype", "tokens_seen on an array returns an int64 array",
+         expect_dtype("int64"), weight=0.5, kind="property"),
     Case("test_bookkeeping", "tokens_seen_rejects_negative",
-         "a ValueError for a negative step or a tokens_per_step that is not positive",
-         expect_raises("ValueError"), requires=("tokens_seen_scalar", "tokens_seen_array")),
-    Case("test_bookkeeping", "compute_scalar", "training_compute(N, D) = 6 N D FLOPs as a float", check_python_floats),
-    Case("test_bookkeeping", "compute_array", "training_compute on arrays (broadcast): a float64 array, no int64 "
-         "overflow at pythia-12b's 6 N D", expect_arrays("float64", 1e-12)),
-    # fit_power_law: the test cell's 2 points, shared by the weights below
+         "a ValueError for a negative step or a tokens_per_step that is not positive (given code)",
+         expect_raises("ValueError"), weight=0, kind="given"),
+    Case("test_bookkeeping", "compute_scalar", "training_compute(N, D) = 6 N D FLOPs for numbers", check_close_numbers),
+    Case("test_bookkeeping", "compute_array", "training_compute on arrays (broadcast): 6 N D without int64 overflow "
+         "at pythia-12b", expect_array_values(1e-12), weight=2),
+    Case("test_bookkeeping", "compute_dtype", "training_compute on arrays returns a float64 array",
+         expect_dtype("float64"), weight=0.5, kind="property"),
+    # fit_power_law: the test cell's 4 points, shared by the weights below; the irreducible=True branch and the
+    # input checks are given code (weight 0, reported only)
     Case("test_fit_power_law", "fit_pure",
-         "pure power law: least squares of log L on log N, standard errors from s^2 (X^T X)^-1 with "
-         "s^2 = RSS/(n-2), N_c's by the delta method, E = 0; Python floats", check_pure_fit, weight=2),
+         "pure power law: alpha and N_c from the least squares of log L on log N, E = 0", check_pure_fit, weight=2),
+    Case("test_fit_power_law", "fit_pure_errors",
+         "pure power law: standard errors from s^2 (X^T X)^-1 with s^2 = RSS/(n-2), N_c's by the delta method",
+         check_pure_errors, weight=2),
     Case("test_fit_power_law", "fit_irreducible",
-         "L = E + (N_c/N)^alpha by curve_fit on L, standard errors from its covariance", check_irreducible_fit,
-         weight=2),
+         "L = E + (N_c/N)^alpha by curve_fit on L started from your fit, standard errors from its covariance "
+         "(given code)", check_irreducible_fit, weight=0, kind="given"),
     Case("test_fit_power_law", "fit_rejects_bad_input",
-         "a ValueError for mismatched lengths, non-positive values, or fewer than 3 (4 with irreducible) points",
-         expect_raises("ValueError"), requires=("fit_pure", "fit_irreducible")),
+         "a ValueError for mismatched lengths, non-positive values, or fewer than 3 (4 with irreducible) points "
+         "(given code)", expect_raises("ValueError"), weight=0, kind="given"),
 ]
 
 
@@ -237,7 +263,7 @@ _PRED_KEYS = ("N", "L_pred", "L_low", "L_high")
 
 
 def _float_arrays(got, ref) -> dict:
-    as_dict(got, _PRED_KEYS)
+    got = as_dict(got, _PRED_KEYS)
     out = {}
     for k in _PRED_KEYS:
         g = got[k]
@@ -306,22 +332,22 @@ def _split(n, d, params: dict, C: float, ref_n: float, where: str) -> None:
     _close(n, ref_n, 1e-6, f"{where}: N_opt")
 
 
-def check_optimal_floats(got, ref) -> None:
-    """(N_opt, D_opt) as floats for a number: 6 N D = C, N_opt the numeric minimiser of L(N, C / 6N)."""
+def check_optimal_numbers(got, ref) -> None:
+    """(N_opt, D_opt) as numbers for a number: 6 N D = C, N_opt the numeric minimiser of L(N, C / 6N)."""
     _the_raise(got)
     if not isinstance(got, dict) or "answers" not in got:
         raise AssertionError(f"the probe got no answers: it {describe(got)}")
-    for i, (answer, C, (ref_n, _, _)) in enumerate(zip(got["answers"], ref["C"], ref["answers"])):
+    for i, (answer, C, (ref_n, _)) in enumerate(zip(got["answers"], ref["C"], ref["answers"])):
         where = f"call {i + 1}"
-        n, d, are_floats = answer
-        _the_raise(n, where)
-        if are_floats is not True:
-            raise AssertionError(f"{where}: return two floats for a number, but it {describe(n)}")
-        _split(n, d, ref["params"], C, ref_n, where)
+        _the_raise(answer, where)
+        if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+            raise AssertionError(f"{where}: return a pair (N_opt, D_opt), but it {describe(answer)}")
+        n, d = answer
+        _split(n, d, ref["params"], C, float(ref_n), where)
 
 
 def check_optimal_arrays(got, ref) -> None:
-    """(N_opt, D_opt) as float64 arrays for an array of budgets, each the optimum of its budget."""
+    """(N_opt, D_opt) as arrays for an array of budgets, each the optimum of its budget."""
     _the_raise(got)
     answer = got.get("answer") if isinstance(got, dict) else got
     _the_raise(answer)
@@ -329,15 +355,15 @@ def check_optimal_arrays(got, ref) -> None:
         raise AssertionError(f"return a pair (N_opt, D_opt), but it {describe(answer)}")
     C, (ref_n, _) = ref["C"], ref["answer"]
     for name, arr in zip(("N_opt", "D_opt"), answer):
-        if not isinstance(arr, np.ndarray) or arr.dtype != np.float64 or arr.shape != C.shape:
-            raise AssertionError(f"{name}: expected a float64 array of shape {C.shape}, but it {describe(arr)}"
+        if not isinstance(arr, np.ndarray) or arr.dtype.kind != "f" or arr.shape != C.shape:
+            raise AssertionError(f"{name}: expected a float array of shape {C.shape}, but it {describe(arr)}"
                                  + (f" of dtype {arr.dtype}, shape {arr.shape}" if isinstance(arr, np.ndarray) else ""))
     for i in range(C.size):
         _split(answer[0][i], answer[1][i], ref["params"], float(C[i]), float(ref_n[i]), f"budget {i + 1}")
 
 
 CASES += [
-    # predict_held_out: the test cell's 3 points, shared by the weights below
+    # predict_held_out: the test cell's 4 points, shared by the weights below
     Case("test_predict_held_out", "predict_values",
          "the held-out sizes in increasing N, predicted by the pure power law fitted (with fit_power_law) on the "
          "n_fit smallest models; float NumPy arrays", check_prediction, weight=2),
@@ -346,16 +372,16 @@ CASES += [
          "ln N", check_band, weight=2),
     Case("test_predict_held_out", "predict_z", "lists as input and another z", check_band),
     Case("test_predict_held_out", "predict_rejects_bad_split",
-         "a ValueError when n_fit < 3 or nothing is held out", expect_raises("ValueError"),
-         requires=("predict_values", "predict_band")),
-    # compute_optimal: the test cell's 2 points, shared by the weights below
+         "a ValueError when n_fit < 3 or nothing is held out (given code)", expect_raises("ValueError"),
+         weight=0, kind="given"),
+    # compute_optimal: the test cell's 4 points, shared by the weights below
     Case("test_compute_optimal", "optimal_scalar",
-         "(N_opt, D_opt) as two floats for a number: 6 N_opt D_opt = C and N_opt minimises L(N, C / (6 N)) "
-         "(checked against a numeric minimisation)", check_optimal_floats, weight=2),
+         "(N_opt, D_opt) as two numbers for a number: 6 N_opt D_opt = C and N_opt minimises L(N, C / (6 N)) "
+         "(checked against a numeric minimisation)", check_optimal_numbers, weight=2),
     Case("test_compute_optimal", "optimal_array",
-         "two float64 arrays for an array of budgets, each split optimal", check_optimal_arrays, weight=2),
-    Case("test_compute_optimal", "optimal_rejects_bad_budget", "a ValueError for a budget that is not positive",
-         expect_raises("ValueError"), requires=("optimal_scalar", "optimal_array")),
+         "two arrays for an array of budgets, each split optimal", check_optimal_arrays, weight=2),
+    Case("test_compute_optimal", "optimal_rejects_bad_budget", "a ValueError for a budget that is not positive "
+         "(given code)", expect_raises("ValueError"), weight=0, kind="given"),
 ]
 
 # The function each probe exercises: a case that expects an error scores only once value cases of the SAME
@@ -364,9 +390,9 @@ FUNCTIONS = {
     "count_parameters": ("count_config", "count_model", "count_pythia_config", "count_rejects_non_model"),
     "evaluate_loss": ("eval_windows", "eval_metrics", "eval_original_documents", "eval_max_length",
                       "eval_rejects_empty", "eval_rejects_no_config"),
-    "tokens_seen": ("tokens_seen_scalar", "tokens_seen_array", "tokens_seen_rejects_negative"),
-    "training_compute": ("compute_scalar", "compute_array"),
-    "fit_power_law": ("fit_pure", "fit_irreducible", "fit_rejects_bad_input"),
+    "tokens_seen": ("tokens_seen_scalar", "tokens_seen_array", "tokens_seen_dtype", "tokens_seen_rejects_negative"),
+    "training_compute": ("compute_scalar", "compute_array", "compute_dtype"),
+    "fit_power_law": ("fit_pure", "fit_pure_errors", "fit_irreducible", "fit_rejects_bad_input"),
     "predict_held_out": ("predict_values", "predict_band", "predict_z", "predict_rejects_bad_split"),
     "compute_optimal": ("optimal_scalar", "optimal_array", "optimal_rejects_bad_budget"),
 }

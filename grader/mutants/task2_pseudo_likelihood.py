@@ -5,18 +5,9 @@ from grader.mutants import Mutant
 # mlm_loss
 _ML_NLL = "token_nll = -log_probs.gather(1, targets.long().view(-1, 1)).squeeze(1)  # [T]"
 _ML_RET = "return torch.where(mask.bool(), token_nll, zero).sum(-1)"
-_ML_MASK_CHECK = """    if mask.dim() not in (1, 2) or mask.shape[-1] != t:
-        raise ValueError(f"mask must have shape [T] or [K, T] with T = {t}, got {tuple(mask.shape)}")
-"""
 
 # masked_copies
 _MC_SET = "copies[torch.arange(len(positions), device=input_ids.device), positions] = mask_token_id"
-_MC_BOUNDS = """    if positions.numel() and (positions.min() < 0 or positions.max() >= t):
-        raise ValueError(f"positions must lie in [0, {t}), got {positions.tolist()}")
-"""
-_MC_DIM = """    if input_ids.dim() != 1:
-        raise ValueError(f"input_ids must have shape [T], got {tuple(input_ids.shape)}")
-"""
 
 # conditional_log_probs
 _CL_APPEND = "rows.append(torch.log_softmax(at_mask.float(), dim=-1))"
@@ -31,9 +22,6 @@ _PLL_DEFAULT = """    if positions is None:
         positions = torch.arange(input_ids.numel())
 """
 _PPPL_RET = "return math.exp(-float(pll) / num_tokens)"
-_PPPL_CHECK = """    if num_tokens <= 0:
-        raise ValueError(f"num_tokens must be positive, got {num_tokens}")
-    return math.exp(-float(pll)"""
 
 # single_index_estimate
 _SI_U = "u = scored[torch.randint(len(scored), (num_samples,), generator=generator)]  # [num_samples]"
@@ -44,15 +32,9 @@ _SI_RET = "return -len(scored) * token_ll"
 _CA_LOGITS = "logits = model(input_ids=ids.unsqueeze(0)).logits[0, :-1]  # position i predicts token i + 1"
 _CA_LOGP = "log_p = torch.log_softmax(logits.float(), dim=-1)"
 _CA_CTX = "ids = torch.cat([ids.new_tensor([context_token_id]), ids])"
-_CA_EMPTY = """    if ids.numel() < 2:
-        raise ValueError("nothing to predict: give at least two tokens, or one token and a context_token_id")
-"""
 _CA_NOGRAD = """    with torch.no_grad():
         logits = model"""
 _PPL_RET = "return math.exp(-float(log_likelihood) / num_tokens)"
-_PPL_CHECK = """    if num_tokens <= 0:
-        raise ValueError(f"num_tokens must be positive, got {num_tokens}")
-    return math.exp(-float(log_likelihood)"""
 
 # conditionals_compatible
 _CC_RET = "return bool(ok_a and ok_b)"
@@ -76,6 +58,7 @@ _BM_IDS = "ids = input_ids.long()"
 _BM_CHECK = """    if not 0.0 <= q <= 1.0:
         raise ValueError(f"q must lie in [0, 1], got {q}")
 """
+_BM_ACTION = "action = torch.rand(ids.shape, generator=generator).to(ids.device)"
 _BM_DRAWS = """selected = (torch.rand(ids.shape, generator=generator) < q).to(ids.device) & ~special
     action = torch.rand(ids.shape, generator=generator).to(ids.device)
     random_tokens = torch.randint(vocab_size, ids.shape, generator=generator).to(ids.device)"""
@@ -97,9 +80,6 @@ MUTANTS = [
     Mutant(cell="mlm_loss", name="always returns float32",
            find=_ML_NLL, replace="token_nll = -log_probs.float().gather(1, targets.long().view(-1, 1)).squeeze(1)  # [T]",
            visible=True, case="mlm_loss_float64"),
-    Mutant(cell="mlm_loss", name="no check of the mask's length",
-           find=_ML_MASK_CHECK, replace="",
-           visible=True, case="mlm_loss_rejects_shapes"),
     Mutant(cell="mlm_loss", name="multiplies by the mask (0 * -inf = nan at an unselected -inf)",
            find=_ML_RET, replace="return (token_nll * mask.to(token_nll.dtype)).sum(-1)",
            visible=True, case="mlm_loss_unselected_inf"),
@@ -117,12 +97,6 @@ MUTANTS = [
     Mutant(cell="masked_copies", name="off by one: masks the position before",
            find=_MC_SET, replace="copies[torch.arange(len(positions), device=input_ids.device), positions - 1] = mask_token_id",
            visible=True, case="masked_copies_values"),
-    Mutant(cell="masked_copies", name="no bounds check on positions",
-           find=_MC_BOUNDS, replace="",
-           visible=True, case="masked_copies_rejects_out_of_range"),
-    Mutant(cell="masked_copies", name="no check that input_ids is 1-D",
-           find=_MC_DIM, replace="",
-           visible=True, case="masked_copies_rejects_2d"),
     Mutant(cell="masked_copies", name="returns [T, P] (transposed)",
            find="    return copies\n", replace="    return copies.T\n",
            visible=True, case="masked_copies_values"),
@@ -187,9 +161,6 @@ MUTANTS = [
     Mutant(cell="pseudo_log_likelihood", name="PPPL: wrong sign",
            find=_PPPL_RET, replace="return math.exp(float(pll) / num_tokens)",
            visible=True, case="pppl_values"),
-    Mutant(cell="pseudo_log_likelihood", name="PPPL: no check of num_tokens",
-           find=_PPPL_CHECK, replace="    return math.exp(-float(pll)",
-           visible=True, case="pppl_rejects_no_tokens"),
     Mutant(cell="pseudo_log_likelihood", name="PPPL: returns a tensor",
            find=_PPPL_RET, replace="return torch.exp(-torch.as_tensor(pll) / num_tokens)",
            visible=True, case="pppl_values"),
@@ -251,9 +222,6 @@ MUTANTS = [
     Mutant(cell="causal_log_probs", name="context token appended instead of prepended",
            find=_CA_CTX, replace="ids = torch.cat([ids, ids.new_tensor([context_token_id])])",
            visible=True, case="causal_with_context"),
-    Mutant(cell="causal_log_probs", name="no ValueError when there is nothing to predict (an empty result)",
-           find=_CA_EMPTY, replace="",
-           visible=True, case="causal_rejects_nothing_to_predict"),
     # ------------------------------------------------------------------ perplexity
     Mutant(cell="causal_log_probs", name="PPL: divides by T + 1 (counts the context token)",
            find=_PPL_RET, replace="return math.exp(-float(log_likelihood) / (num_tokens + 1))",
@@ -267,9 +235,6 @@ MUTANTS = [
     Mutant(cell="causal_log_probs", name="PPL: wrong sign",
            find=_PPL_RET, replace="return math.exp(float(log_likelihood) / num_tokens)",
            visible=True, case="perplexity_values"),
-    Mutant(cell="causal_log_probs", name="PPL: no check of num_tokens",
-           find=_PPL_CHECK, replace="    return math.exp(-float(log_likelihood)",
-           visible=True, case="perplexity_rejects_no_tokens"),
     Mutant(cell="causal_log_probs", name="PPL: np.exp (a tensor log-likelihood gives a tensor)",
            find=_PPL_RET, replace="return np.exp(-log_likelihood / num_tokens)",
            visible=True, case="perplexity_tensor"),
@@ -342,4 +307,13 @@ MUTANTS = [
     Mutant(cell="bert_mask", name="no ValueError for q outside [0, 1]",
            find=_BM_CHECK, replace="",
            visible=True, case="bert_mask_rejects_q"),
+    Mutant(cell="bert_mask", name="80/10/10 assigned in reading order (first 80 % of the selected [MASK], then random, "
+                                  "then unchanged)",
+           find=_BM_ACTION, replace="action = ((selected.flatten().cumsum(0) - 1).double() / max(int(selected.sum()), 1))"
+                                    ".view(ids.shape).to(ids.device)",
+           visible=True, case="bert_mask_replacements"),
+    Mutant(cell="bert_mask", name="selection in reading order (the first q of the non-special tokens)",
+           find=_BM_SELECT, replace="selected = ((~special).flatten().cumsum(0).view(ids.shape) <= q * int((~special).sum()))"
+                                    ".to(ids.device) & ~special",
+           visible=True, case="bert_mask_selection"),
 ]

@@ -20,9 +20,21 @@ _RC_FLIP_THETA = "theta[:, 0, 0] = torch.where(flip, -crop_w, crop_w)"
 _RC_THETA = """theta[:, 0, 0] = torch.where(flip, -crop_w, crop_w)
     theta[:, 0, 2] = centre_x
     theta[:, 1, 1] = crop_h"""
-_RC_AREA = "area = uniform(*scale)"
-_RC_ASPECT = "aspect = torch.exp(uniform(math.log(ratio[0]), math.log(ratio[1])))"
-_RC_CX = "centre_x = (crop_w / 2 + uniform(0, 1) * (1 - crop_w)) * 2 - 1        # normalised to [-1, 1]"
+_RC_DRAW = "u = torch.rand(n, tries, generator=generator, device=where).to(images.device, images.dtype)"
+_RC_DRAW_SHARED = ("u = torch.rand(1, tries, generator=generator, device=where).expand(n, tries)"
+                   ".to(images.device, images.dtype)")
+_RC_DRAW_GLOBAL = "u = torch.rand(n, tries, device=where).to(images.device, images.dtype)"
+_RC_AREA = "area = uniform(*scale, tries=tries)"
+_RC_ASPECT = "aspect = torch.exp(uniform(math.log(ratio[0]), math.log(ratio[1]), tries=tries))"
+_RC_CX = "where_x = torch.where(none_fit, 0.5, uniform(0, 1))                   # position within the free room"
+_RC_TRIES = "tries = 10"
+_RC_REDRAW = """    fits = (widths <= 1) & (heights <= 1)
+    first = fits.int().argmax(dim=1, keepdim=True)                        # the first that fits
+    crop_w, crop_h = widths.gather(1, first).squeeze(1), heights.gather(1, first).squeeze(1)
+"""
+_RC_CLIPPED = """    fits = torch.ones_like(widths, dtype=torch.bool)
+    crop_w, crop_h = widths[:, 0].clamp(max=1.0), heights[:, 0].clamp(max=1.0)
+"""
 _RC_FLIP = "flip = uniform(0, 1) < flip_p"
 
 # colour_distort
@@ -40,18 +52,10 @@ _NL_TOTAL = "total = total + torch.logsumexp(others, dim=0) - sims[(i + n) % (2 
 _NL_RET = "return total / (2 * n)"
 
 # nt_xent_loss
-_NT_MASK = 'logits = logits.masked_fill(self_mask, float("-inf"))'
+_NT_MASK = 'logits = (z @ z.T / temperature).masked_fill(torch.eye(2 * n, dtype=torch.bool, device=z.device), float("-inf"))'
 _NT_PARTNER = "partner = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(z.device)"
 _NT_NORM = "z = F.normalize(torch.cat([z1, z2]), dim=1)"
-_NT_LOGITS = "logits = z @ z.T / temperature"
 _NT_RET = "return F.cross_entropy(logits, partner)"
-
-_NT_SHAPE_CHECK = """    if z1.dim() != 2 or z1.shape != z2.shape:
-        raise ValueError(f"z1 and z2 must both be [N, d] with the same shape, got {tuple(z1.shape)} and {tuple(z2.shape)}")
-"""
-_NT_TAU_CHECK = """    if not temperature > 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
-"""
 
 # ProjectionHead
 _PH_RELU = "            nn.ReLU(inplace=True),\n"
@@ -90,12 +94,8 @@ _LP_CHECK = """    if (train_feats.dim() != 2 or test_feats.dim() != 2 or train_
 # knn_accuracy
 _KN_NORM = """bank = F.normalize(train_feats.float(), dim=1)
     queries = F.normalize(test_feats.float(), dim=1).to(bank.device)"""
-_KN_SIM = "sim = queries[start:start + batch_size] @ bank.T                   # [b, N]"
-_KN_TOPK = "neighbours = sim.topk(k, dim=1).indices                             # [b, k]"
-_KN_PRED = "predicted = votes.argmax(dim=1)"
-_KN_K = """    if not 1 <= k <= len(train_feats):
-        raise ValueError(f"k must be between 1 and the number of training points ({len(train_feats)}), got {k}")
-"""
+_KN_TOPK = "neighbours = (queries[start:start + batch_size] @ bank.T).topk(k, dim=1).indices   # [b, k]"
+_KN_PRED = "predicted.append(votes.argmax(dim=1).cpu())"
 
 MUTANTS = [
     # ------------------------------------------------------------------ random_resized_crop_flip
@@ -105,7 +105,7 @@ MUTANTS = [
            "                       v2.RandomHorizontalFlip(flip_p)])(images)\n",
            visible=True, case="crop_independent"),
     Mutant(cell="random_resized_crop_flip", name="one set of random parameters for the whole batch",
-           find=_DRAW, replace=_DRAW_SHARED,
+           find=_RC_DRAW, replace=_RC_DRAW_SHARED,
            visible=True, case="crop_independent, augment_independent"),
     Mutant(cell="random_resized_crop_flip", name="no flip",
            find=_RC_FLIP_THETA, replace="theta[:, 0, 0] = crop_w",
@@ -115,16 +115,16 @@ MUTANTS = [
                                    "    theta[:, 1, 1] = torch.where(flip, -crop_h, crop_h)",
            visible=True, case="crop_flip_reverses"),
     Mutant(cell="random_resized_crop_flip", name="scale range hard-coded to torchvision's (0.08, 1)",
-           find=_RC_AREA, replace="area = uniform(0.08, 1.0)",
+           find=_RC_AREA, replace="area = uniform(0.08, 1.0, tries=tries)",
            visible=True, case="crop_geometry"),
     Mutant(cell="random_resized_crop_flip", name="scale read as a side fraction, not an area",
-           find=_RC_AREA, replace="area = uniform(*scale) ** 2",
+           find=_RC_AREA, replace="area = uniform(*scale, tries=tries) ** 2",
            visible=True, case="crop_geometry"),
     Mutant(cell="random_resized_crop_flip", name="aspect ratio uniform instead of log-uniform",
-           find=_RC_ASPECT, replace="aspect = uniform(*ratio)",
+           find=_RC_ASPECT, replace="aspect = uniform(*ratio, tries=tries)",
            visible=True, case="crop_log_aspect"),
     Mutant(cell="random_resized_crop_flip", name="crop centre anywhere (crops leave the image)",
-           find=_RC_CX, replace="centre_x = uniform(-1, 1)",
+           find=_RC_CX, replace="where_x = torch.where(none_fit, 0.5, uniform(-1, 2))",
            visible=True, case="crop_geometry"),
     Mutant(cell="random_resized_crop_flip", name="flip probability inverted",
            find=_RC_FLIP, replace="flip = uniform(0, 1) > flip_p",
@@ -133,12 +133,16 @@ MUTANTS = [
            find=_RC_SHAPE, replace=_RC_SHAPE.rstrip("\n") + _OWN_GENERATOR + "\n",
            visible=True, case="crop_generator"),
     Mutant(cell="random_resized_crop_flip", name="draws from torch's global random state (no generator=)",
-           find=_DRAW, replace=_DRAW_GLOBAL,
+           find=_RC_DRAW, replace=_RC_DRAW_GLOBAL,
            visible=True, case="crop_global_state, augment_global_state, augment_generator"),
     Mutant(cell="random_resized_crop_flip", name="output of the input's size (size ignored)",
            find="grid = F.affine_grid(theta, [n, 3, size, size], align_corners=False)",
            replace="grid = F.affine_grid(theta, [n, 3, height, width], align_corners=False)", visible=True,
            case="crop_shapes"),
+    Mutant(cell="random_resized_crop_flip", name="a box that does not fit is clipped to the image, not drawn again",
+           find=_RC_REDRAW, replace=_RC_CLIPPED, visible=True, case="crop_redraw"),
+    Mutant(cell="random_resized_crop_flip", name="one try: a box that does not fit gives the whole image at once",
+           find=_RC_TRIES, replace="tries = 1", visible=True, case="crop_redraw"),
     Mutant(cell="random_resized_crop_flip", name="no check of the input (one channel, uint8 accepted)",
            find=_RC_CHECK, replace="", visible=True, case="crop_rejects"),
     # ------------------------------------------------------------------ colour_distort
@@ -210,7 +214,7 @@ MUTANTS = [
            visible=True, case="nt_xent_loop_gradient"),
     # ------------------------------------------------------------------ nt_xent_loss
     Mutant(cell="nt_xent_loss", name="no self-mask (a view is its own negative)",
-           find=_NT_MASK, replace="logits = logits",
+           find=_NT_MASK, replace="logits = z @ z.T / temperature",
            visible=True, case="nt_xent_float64"),
     Mutant(cell="nt_xent_loss", name="positive at i + 1 instead of i + N",
            find=_NT_PARTNER, replace="partner = ((torch.arange(2 * n) + 1) % (2 * n)).to(z.device)",
@@ -219,7 +223,7 @@ MUTANTS = [
            find=_NT_NORM, replace="z = torch.cat([z1, z2])",
            visible=True, case="nt_xent_float64"),
     Mutant(cell="nt_xent_loss", name="no temperature",
-           find=_NT_LOGITS, replace="logits = z @ z.T",
+           find=_NT_MASK, replace=_NT_MASK.replace(" / temperature", ""),
            visible=True, case="nt_xent_float64"),
     Mutant(cell="nt_xent_loss", name="sum over 2N divided by N",
            find=_NT_RET, replace='return F.cross_entropy(logits, partner, reduction="sum") / n',
@@ -228,7 +232,7 @@ MUTANTS = [
            find=_NT_RET, replace="return F.cross_entropy(logits[:n], partner[:n])",
            visible=True, case="nt_xent_float64"),
     Mutant(cell="nt_xent_loss", name="self-similarity masked with 0 instead of -inf",
-           find=_NT_MASK, replace="logits = logits.masked_fill(self_mask, 0.0)",
+           find=_NT_MASK, replace=_NT_MASK.replace('float("-inf")', "0.0"),
            visible=True, case="nt_xent_float64"),
     Mutant(cell="nt_xent_loss", name="normalised over the batch axis",
            find=_NT_NORM, replace="z = F.normalize(torch.cat([z1, z2]), dim=0)",
@@ -236,12 +240,6 @@ MUTANTS = [
     Mutant(cell="nt_xent_loss", name="returns float32 whatever the input dtype",
            find=_NT_RET, replace="return F.cross_entropy(logits.float(), partner)",
            visible=True, case="nt_xent_float64"),
-    Mutant(cell="nt_xent_loss", name="no check that z1 and z2 are two [N, d] of one shape",
-           find=_NT_SHAPE_CHECK, replace="",
-           visible=True, case="nt_xent_rejects_shapes"),
-    Mutant(cell="nt_xent_loss", name="no check of the temperature",
-           find=_NT_TAU_CHECK, replace="",
-           visible=True, case="nt_xent_rejects_temperature"),
     Mutant(cell="nt_xent_loss", name="the loss detached from the graph (no gradient)",
            find=_NT_RET, replace="return F.cross_entropy(logits, partner).detach()",
            visible=True, case="nt_xent_gradient"),
@@ -338,24 +336,21 @@ MUTANTS = [
            find=_KN_NORM, replace="bank = train_feats.float()\n    queries = test_feats.float().to(bank.device)",
            visible=True, case="knn_values"),
     Mutant(cell="knn_accuracy", name="Euclidean distance instead of cosine",
-           find=_KN_SIM, replace="sim = -torch.cdist(test_feats.float()[start:start + batch_size].to(bank.device), "
-                                 "train_feats.float().to(bank.device))  # [b, N]",
+           find=_KN_TOPK, replace="neighbours = (-torch.cdist(test_feats.float()[start:start + batch_size].to(bank.device), "
+                                  "train_feats.float().to(bank.device))).topk(k, dim=1).indices",
            visible=True, case="knn_values"),
     Mutant(cell="knn_accuracy", name="drops the nearest neighbour as if it were the query itself",
-           find=_KN_TOPK, replace="neighbours = sim.topk(k + 1, dim=1).indices[:, 1:]",
+           find=_KN_TOPK, replace=_KN_TOPK.replace("topk(k, dim=1).indices", "topk(k + 1, dim=1).indices[:, 1:]"),
            visible=True, case="knn_values"),
     Mutant(cell="knn_accuracy", name="k ignored (always 20)",
-           find=_KN_TOPK, replace="neighbours = sim.topk(min(20, len(bank)), dim=1).indices",
+           find=_KN_TOPK, replace=_KN_TOPK.replace("topk(k,", "topk(min(20, len(bank)),"),
            visible=True, case="knn_values"),
     Mutant(cell="knn_accuracy", name="the nearest neighbour's label instead of the majority",
-           find=_KN_PRED, replace="predicted = train_labels[neighbours[:, 0]]",
+           find=_KN_PRED, replace="predicted.append(train_labels.to(bank.device)[neighbours[:, 0]].cpu())",
            visible=True, case="knn_values"),
     Mutant(cell="knn_accuracy", name="the k least similar points",
-           find=_KN_TOPK, replace="neighbours = sim.topk(k, dim=1, largest=False).indices",
+           find=_KN_TOPK, replace=_KN_TOPK.replace("topk(k, dim=1)", "topk(k, dim=1, largest=False)"),
            visible=True, case="knn_values"),
-    Mutant(cell="knn_accuracy", name="no check of k",
-           find=_KN_K, replace="",
-           visible=True, case="knn_rejects_k"),
-    Mutant(cell="knn_accuracy", name="counts the correct answers of the last chunk only (= instead of +=)",
-           find="correct += int(", replace="correct = int(", visible=True, case="knn_chunked"),
+    Mutant(cell="knn_accuracy", name="keeps the last chunk's predictions only (= instead of append)",
+           find=_KN_PRED, replace="predicted = [votes.argmax(dim=1).cpu()]", visible=True, case="knn_chunked"),
 ]

@@ -29,33 +29,22 @@ _EL_BYTES = 'n_bytes = sum(len(text.encode("utf-8")) for text in original_docume
 _EL_MAXLEN = "max_length = int(max_length or context_length(model.config))"
 
 # tokens_seen / training_compute
-_TS_SCALAR = "return int(steps) * int(tokens_per_step)"
-_TS_ARRAY = "return steps.astype(np.int64) * np.int64(tokens_per_step)"
-_TS_NEG = """    if np.any(steps < 0):
-        raise ValueError(f"step must be >= 0, got {step}")
-"""
-_TC_BODY = """    N, D = np.asarray(n_params, dtype=np.float64), np.asarray(n_tokens, dtype=np.float64)
-    if np.any(N <= 0) or np.any(D < 0):
-        raise ValueError("n_params must be positive and n_tokens non-negative")
-    C = 6.0 * N * D"""
-_TC_C = "C = 6.0 * N * D"
+_TS_SCALAR = "return int(step) * int(tokens_per_step)"
+_TS_ARRAY = "return np.asarray(step, dtype=np.int64) * np.int64(tokens_per_step)"
+_TC_C = "C = 6.0 * np.asarray(n_params, dtype=np.float64) * np.asarray(n_tokens, dtype=np.float64)"
 _TC_RET = "return float(C) if C.ndim == 0 else C"
 
 # fit_power_law
-_FP_LSTSQ = "(a, b), rss, *_ = np.linalg.lstsq(X, y, rcond=None)"
+_FP_LSTSQ = "(a, b), *_ = np.linalg.lstsq(X, y, rcond=None)"
 _FP_COV = "cov = residuals @ residuals / (len(x) - 2) * np.linalg.inv(X.T @ X)"
-_FP_PARAMS = "alpha, log_nc = -b, -a / b"
+_FP_PARAMS = "log_nc, grad = -a / b, np.array([-1 / b, a / b**2])"
+_FP_ALPHA = '"alpha": float(-b),'
 _FP_ALPHA_ERR = '"alpha_err": float(np.sqrt(cov[1, 1])),'
-_FP_NC_ERR = '"N_c_err": float(np.exp(log_nc) * np.sqrt(grad @ cov @ grad)), "E_err": 0.0}'
-_FP_ERR = "err = np.sqrt(np.diag(pcov))"
-_FP_FLAG = "if not irreducible:\n        return fit"
-_FP_MIN = "if N.size < (4 if irreducible else 3):"
+_FP_NC_ERR = '"N_c_err": float(np.exp(log_nc) * np.sqrt(grad @ cov @ grad))}'
 _FP_XY = "x, y = np.log(N), np.log(L)"
 
 # predict_held_out
-_PH_SORT = "N, L = N[order], L[order]"
 _PH_FIT = "fit = fit_power_law(N[:n_fit], L[:n_fit])"
-_PH_CHECK = "if not 3 <= n_fit < len(N):"
 _PH_S = "s = fit[\"alpha_err\"] * np.sqrt(np.mean((x - x.mean()) ** 2) + (x0 - x.mean()) ** 2)"
 _PH_PRED = "L_pred = (fit[\"N_c\"] / N[n_fit:]) ** fit[\"alpha\"]"
 _PH_RET = ('return {"N": N[n_fit:], "L_pred": L_pred, "L_low": L_pred * np.exp(-z * s), '
@@ -64,9 +53,7 @@ _PH_RET = ('return {"N": N[n_fit:], "L_pred": L_pred, "L_low": L_pred * np.exp(-
 # compute_optimal
 _CO_G = "G = (a * params[\"A\"] / (b * params[\"B\"])) ** (1 / (a + b))"
 _CO_N = "N_opt = G * (C / 6) ** (b / (a + b))"
-_CO_D = "D_opt = C / (6 * N_opt)"
-_CO_CHECK = "if np.any(C <= 0):"
-_CO_SCALAR = "return float(N_opt), float(D_opt)"
+_CO_RET = "return N_opt, C / (6 * N_opt)"
 
 MUTANTS = [
     # ------------------------------------------------------------------ count_parameters
@@ -156,83 +143,74 @@ MUTANTS = [
            visible=True, case="eval_rejects_no_config"),
     # ------------------------------------------------------------------ tokens_seen
     Mutant(cell="bookkeeping", name="tokens seen off by one step (step + 1)",
-           find=_TS_SCALAR, replace="return (int(steps) + 1) * int(tokens_per_step)",
+           find=_TS_SCALAR, replace="return (int(step) + 1) * int(tokens_per_step)",
+           visible=True, case="tokens_seen_scalar"),
+    Mutant(cell="bookkeeping", name="a number: tokens_per_step ignored (always Pythia's)",
+           find=_TS_SCALAR, replace="return int(step) * PYTHIA_TOKENS_PER_STEP",
            visible=True, case="tokens_seen_scalar"),
     Mutant(cell="bookkeeping", name="array path off by one step (step + 1)",
-           find=_TS_ARRAY, replace="return (steps.astype(np.int64) + 1) * np.int64(tokens_per_step)",
+           find=_TS_ARRAY, replace="return (np.asarray(step, dtype=np.int64) + 1) * np.int64(tokens_per_step)",
            visible=True, case="tokens_seen_array"),
-    Mutant(cell="bookkeeping", name="returns a NumPy integer for a scalar step",
-           find=_TS_SCALAR, replace="return steps * tokens_per_step",
-           visible=True, case="tokens_seen_scalar"),
     Mutant(cell="bookkeeping", name="array path ignores tokens_per_step (always Pythia's)",
-           find=_TS_ARRAY, replace="return steps.astype(np.int64) * np.int64(PYTHIA_TOKENS_PER_STEP)",
+           find=_TS_ARRAY, replace="return np.asarray(step, dtype=np.int64) * np.int64(PYTHIA_TOKENS_PER_STEP)",
+           visible=True, case="tokens_seen_array"),
+    Mutant(cell="bookkeeping", name="array path keeps the steps' dtype (int32 steps overflow)",
+           find=_TS_ARRAY, replace="return np.asarray(step) * tokens_per_step",
            visible=True, case="tokens_seen_array"),
     Mutant(cell="bookkeeping", name="array path in int32 (overflows at Pythia scale)",
-           find=_TS_ARRAY, replace="return steps.astype(np.int32) * np.int32(tokens_per_step)",
+           find=_TS_ARRAY, replace="return np.asarray(step, dtype=np.int32) * np.int32(tokens_per_step)",
            visible=True, case="tokens_seen_array"),
-    Mutant(cell="bookkeeping", name="accepts negative steps",
-           find=_TS_NEG, replace="",
-           visible=True, case="tokens_seen_rejects_negative"),
-    Mutant(cell="bookkeeping", name="accepts a tokens_per_step that is not positive",
-           find="""    if int(tokens_per_step) <= 0:
-        raise ValueError(f"tokens_per_step must be positive, got {tokens_per_step}")
-""", replace="",
-           visible=True, case="tokens_seen_rejects_negative"),
+    Mutant(cell="bookkeeping", name="array path in float64 (right values, not an int64 array)",
+           find=_TS_ARRAY, replace="return np.asarray(step, dtype=np.float64) * float(tokens_per_step)",
+           visible=True, case="tokens_seen_dtype"),
     # ------------------------------------------------------------------ training_compute
     Mutant(cell="bookkeeping", name="C = 2 N D (forward pass only)",
-           find=_TC_C, replace="C = 2.0 * N * D",
-           visible=True, case="compute_scalar"),
+           find=_TC_C, replace="C = 2.0 * np.asarray(n_params, dtype=np.float64) * np.asarray(n_tokens, dtype=np.float64)",
+           visible=True, case="compute_scalar, compute_array"),
     Mutant(cell="bookkeeping", name="C in PF-days (Kaplan's unit) instead of FLOPs",
-           find=_TC_C, replace="C = 6.0 * N * D / 8.64e19",
-           visible=True, case="compute_scalar"),
+           find=_TC_C, replace="C = 6.0 * np.asarray(n_params, dtype=np.float64) * np.asarray(n_tokens, dtype=np.float64) / 8.64e19",
+           visible=True, case="compute_scalar, compute_array"),
     Mutant(cell="bookkeeping", name="6 N D in int64 (overflows beyond 9.2e18)",
-           find=_TC_BODY,
-           replace="""    N, D = np.asarray(n_params), np.asarray(n_tokens)
-    if np.any(N <= 0) or np.any(D < 0):
-        raise ValueError("n_params must be positive and n_tokens non-negative")
-    C = 6 * N * D""",
+           find=_TC_C, replace="C = 6 * np.asarray(n_params) * np.asarray(n_tokens)",
            visible=True, case="compute_array"),
     Mutant(cell="bookkeeping", name="N x D multiplied in int64, converted to float after (overflows)",
            find=_TC_C, replace="C = 6.0 * (np.asarray(n_params) * np.asarray(n_tokens)).astype(np.float64)",
            visible=True, case="compute_array"),
     Mutant(cell="bookkeeping", name="returns float32 arrays",
            find=_TC_RET, replace="return float(C) if C.ndim == 0 else C.astype(np.float32)",
-           visible=True, case="compute_array"),
+           visible=True, case="compute_array, compute_dtype"),
     # ------------------------------------------------------------------ fit_power_law
     Mutant(cell="fit_power_law", name="least squares in linear space (on L, not log L)",
            find=_FP_LSTSQ,
            replace=_FP_LSTSQ + "\n    (b, a), _ = curve_fit(lambda x, b, a: np.exp(a + b * x), x, L, p0=[b, a], maxfev=20000)",
-           visible=True, case="fit_pure"),
+           visible=True, case="fit_pure, fit_pure_errors"),
     Mutant(cell="fit_power_law", name="alpha with the wrong sign (the slope itself)",
-           find=_FP_PARAMS, replace="alpha, log_nc = b, -a / b",
-           visible=True, case="fit_pure"),
+           find=_FP_ALPHA, replace='"alpha": float(b),',
+           visible=True, case="fit_pure, fit_pure_errors"),
     Mutant(cell="fit_power_law", name="log N_c = intercept (not divided by alpha)",
-           find=_FP_PARAMS, replace="alpha, log_nc = -b, a",
-           visible=True, case="fit_pure"),
+           find=_FP_PARAMS, replace="log_nc, grad = a, np.array([-1 / b, a / b**2])",
+           visible=True, case="fit_pure, fit_pure_errors"),
     Mutant(cell="fit_power_law", name="residual variance RSS / n instead of RSS / (n - 2)",
            find=_FP_COV, replace="cov = residuals @ residuals / len(x) * np.linalg.inv(X.T @ X)",
-           visible=True, case="fit_pure"),
+           visible=True, case="fit_pure_errors"),
     Mutant(cell="fit_power_law", name="covariance (X^T X)^-1 without the residual variance",
            find=_FP_COV, replace="cov = np.linalg.inv(X.T @ X)",
-           visible=True, case="fit_pure"),
+           visible=True, case="fit_pure_errors"),
     Mutant(cell="fit_power_law", name="alpha's error from the intercept's variance cov[0, 0]",
            find=_FP_ALPHA_ERR, replace='"alpha_err": float(np.sqrt(cov[0, 0])),',
-           visible=True, case="fit_pure"),
+           visible=True, case="fit_pure_errors"),
     Mutant(cell="fit_power_law", name="N_c error = error of log N_c (no delta-method factor N_c)",
-           find=_FP_NC_ERR, replace='"N_c_err": float(np.sqrt(grad @ cov @ grad)), "E_err": 0.0}',
-           visible=True, case="fit_pure"),
+           find=_FP_NC_ERR, replace='"N_c_err": float(np.sqrt(grad @ cov @ grad))}',
+           visible=True, case="fit_pure_errors"),
     Mutant(cell="fit_power_law", name="fits log10 instead of ln (N_c off by the base)",
            find=_FP_XY, replace="x, y = np.log10(N), np.log10(L)",
-           visible=True, case="fit_pure"),
+           visible=True, case="fit_pure, fit_pure_errors"),
     # ------------------------------------------------------------------ predict_held_out
     Mutant(cell="predict_held_out", name="fits every model, the held-out ones included",
            find=_PH_FIT, replace="fit = fit_power_law(N, L)",
            visible=True, case="predict_values"),
     Mutant(cell="predict_held_out", name="fits the n_fit largest models, not the smallest",
            find=_PH_FIT, replace="fit = fit_power_law(N[-n_fit:], L[-n_fit:])",
-           visible=True, case="predict_values"),
-    Mutant(cell="predict_held_out", name="does not sort: fits the first n_fit models given",
-           find=_PH_SORT, replace="N, L = N, L",
            visible=True, case="predict_values"),
     Mutant(cell="predict_held_out", name="band from the slope's error only (no height term)",
            find=_PH_S, replace='s = fit["alpha_err"] * np.abs(x0 - x.mean())',
@@ -257,41 +235,29 @@ MUTANTS = [
     Mutant(cell="predict_held_out", name="prediction without the exponent's sign (N / N_c)^alpha",
            find=_PH_PRED, replace='L_pred = (N[n_fit:] / fit["N_c"]) ** fit["alpha"]',
            visible=True, case="predict_values"),
-    Mutant(cell="predict_held_out", name="accepts n_fit = len(N) (nothing held out) and n_fit = 2",
-           find=_PH_CHECK, replace="if not 2 <= n_fit <= len(N):",
-           visible=True, case="predict_rejects_bad_split"),
     # ------------------------------------------------------------------ compute_optimal
     Mutant(cell="compute_optimal", name="exponents swapped: N_opt grows as C^(alpha / (alpha + beta))",
            find=_CO_N, replace="N_opt = G * (C / 6) ** (a / (a + b))",
-           visible=True, case="optimal_scalar"),
+           visible=True, case="optimal_scalar, optimal_array"),
     Mutant(cell="compute_optimal", name="forgets the 6: N_opt from C instead of C / 6",
            find=_CO_N, replace="N_opt = G * C ** (b / (a + b))",
-           visible=True, case="optimal_scalar"),
+           visible=True, case="optimal_scalar, optimal_array"),
     Mutant(cell="compute_optimal", name="G without the power 1 / (alpha + beta)",
            find=_CO_G, replace='G = a * params["A"] / (b * params["B"])',
-           visible=True, case="optimal_scalar"),
+           visible=True, case="optimal_scalar, optimal_array"),
     Mutant(cell="compute_optimal", name="G's ratio upside down (beta B / alpha A)",
            find=_CO_G, replace='G = (b * params["B"] / (a * params["A"])) ** (1 / (a + b))',
-           visible=True, case="optimal_scalar"),
+           visible=True, case="optimal_scalar, optimal_array"),
     Mutant(cell="compute_optimal", name="G without the exponents (A / B)",
            find=_CO_G, replace='G = (params["A"] / params["B"]) ** (1 / (a + b))',
-           visible=True, case="optimal_scalar"),
+           visible=True, case="optimal_scalar, optimal_array"),
     Mutant(cell="compute_optimal", name="D_opt = C / N_opt (forgets the 6)",
-           find=_CO_D, replace="D_opt = C / N_opt",
-           visible=True, case="optimal_scalar"),
+           find=_CO_RET, replace="return N_opt, C / N_opt",
+           visible=True, case="optimal_scalar, optimal_array"),
     Mutant(cell="compute_optimal", name="returns (D_opt, N_opt)",
-           find=_CO_SCALAR, replace="return float(D_opt), float(N_opt)",
-           visible=True, case="optimal_scalar"),
+           find=_CO_RET, replace="return C / (6 * N_opt), N_opt",
+           visible=True, case="optimal_scalar, optimal_array"),
     Mutant(cell="compute_optimal", name="D_opt = G (C / 6)^(alpha / (alpha + beta)) (G instead of 1 / G)",
-           find=_CO_D, replace="D_opt = G * (C / 6) ** (a / (a + b))",
-           visible=True, case="optimal_scalar"),
-    Mutant(cell="compute_optimal", name="one-element arrays instead of floats for a number",
-           find=_CO_SCALAR, replace="return np.atleast_1d(N_opt), np.atleast_1d(D_opt)",
-           visible=True, case="optimal_scalar"),
-    Mutant(cell="compute_optimal", name="no ValueError for a budget that is not positive",
-           find=_CO_CHECK, replace="if False:",
-           visible=True, case="optimal_rejects_bad_budget"),
-    Mutant(cell="compute_optimal", name="float32 arrays for an array of budgets",
-           find="    return N_opt, D_opt\n", replace="    return N_opt.astype(np.float32), D_opt.astype(np.float32)\n",
-           visible=True, case="optimal_array"),
+           find=_CO_RET, replace="return N_opt, G * (C / 6) ** (a / (a + b))",
+           visible=True, case="optimal_scalar, optimal_array"),
 ]

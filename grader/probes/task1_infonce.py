@@ -40,8 +40,11 @@ def info_nce_positive_index(ns, gen):
 
 @probe()
 def info_nce_float64_stable(ns, gen):
-    big = torch.tensor([[1000.0, 999.0, -1000.0]], dtype=torch.float64) + torch.randn(1, 3, generator=gen).double()
-    return ns.info_nce_loss(big)
+    """Rows hundreds apart: exp(1000) overflows, and shifting every row by the batch's largest score (instead of
+    each row's own) underflows the rows near 600 and -700 to log 0."""
+    big = torch.tensor([[1000.0, 999.0, -1000.0], [600.0, 598.0, 601.0], [-700.0, -699.0, -702.0]],
+                       dtype=torch.float64)
+    return ns.info_nce_loss(big + torch.randn(3, 3, generator=gen).double())
 
 
 @probe()

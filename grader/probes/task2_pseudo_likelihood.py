@@ -123,16 +123,6 @@ def mlm_loss_unselected_inf(ns, gen):
     return [ns.mlm_loss(lp, x, mask), ns.mlm_loss(lp, x, masks)]
 
 
-@probe()
-def mlm_loss_rejects_shapes(ns, gen):
-    t, v = _size(gen, 5, 9), 4
-    lp, x = _table(gen, t, v), torch.randint(v, (t,), generator=gen)
-    ok = torch.ones(t, dtype=torch.bool)
-    return [attempt(ns.mlm_loss, lp, x[:-1], ok),
-            attempt(ns.mlm_loss, lp, x, ok[:-1]),
-            attempt(ns.mlm_loss, lp, x, torch.ones(3, t + 2, dtype=torch.bool))]
-
-
 # ------------------------------------------------------------------------------ masked_copies
 @probe()
 def masked_copies_values(ns, gen):
@@ -156,20 +146,6 @@ def masked_copies_input_unchanged(ns, gen):
     ids = torch.randint(5, 100, (t,), generator=gen)
     ns.masked_copies(ids, torch.randperm(t, generator=gen)[:4], 1)
     return ids
-
-
-@probe()
-def masked_copies_rejects_2d(ns, gen):
-    ids = torch.randint(5, 100, (1, _size(gen, 6, 20)), generator=gen)
-    return ns.masked_copies(ids, torch.tensor([0, 2]), 3)
-
-
-@probe()
-def masked_copies_rejects_out_of_range(ns, gen):
-    t = _size(gen, 6, 20)
-    ids = torch.randint(5, 100, (t,), generator=gen)
-    return [attempt(ns.masked_copies, ids, torch.tensor([0, t]), 3),
-            attempt(ns.masked_copies, ids, torch.tensor([-1, 1]), 3)]
 
 
 # ------------------------------------------------------------------------------ conditional_log_probs
@@ -245,12 +221,6 @@ def pppl_tensor(ns, gen):
     c = -torch.rand((), generator=gen) * 30
     return [attempt(ns.pseudo_perplexity, c, _size(gen, 5, 20)),
             attempt(ns.pseudo_perplexity, c.double(), 1)]
-
-
-@probe()
-def pppl_rejects_no_tokens(ns, gen):
-    pll = -float(torch.rand(1, generator=gen)) * 10
-    return [attempt(ns.pseudo_perplexity, pll, 0), attempt(ns.pseudo_perplexity, pll, -_size(gen, 1, 5))]
 
 
 # ------------------------------------------------------------------------------ single_index_estimate
@@ -352,12 +322,6 @@ def causal_no_grad(ns, gen):
 
 
 @probe()
-def causal_rejects_nothing_to_predict(ns, gen):
-    model = tiny_causal_lm(gen)
-    return ns.causal_log_probs(model, torch.randint(1, 41, (1,), generator=gen))
-
-
-@probe()
 def perplexity_values(ns, gen):
     a = -float(torch.rand(1, generator=gen)) * 40
     b = -float(torch.rand(1, generator=gen)) * 5
@@ -370,12 +334,6 @@ def perplexity_tensor(ns, gen):
     c = -torch.rand((), generator=gen) * 30
     return [attempt(ns.perplexity, c, _size(gen, 5, 20)),
             attempt(ns.perplexity, c.double(), 1)]
-
-
-@probe()
-def perplexity_rejects_no_tokens(ns, gen):
-    ll = -float(torch.rand(1, generator=gen)) * 10
-    return [attempt(ns.perplexity, ll, 0), attempt(ns.perplexity, ll, -_size(gen, 1, 5))]
 
 
 # ------------------------------------------------------------------------------ conditionals_compatible
@@ -395,6 +353,9 @@ def compatible_joints(ns, gen):
     for na, nb in [(2, 2), (_size(gen, 3, 5), _size(gen, 2, 6))]:
         pa, pb = _conditionals_of(_random_joint(gen, na, nb))
         out += [attempt(ns.conditionals_compatible, pa, pb), attempt(ns.conditionals_compatible, pa.float(), pb.float())]
+    # among them one pair from two different joints (False), so that a constant answer fails
+    other = _conditionals_of(_random_joint(gen, 3, 4))[0]
+    out.insert(_size(gen, 0, len(out)), attempt(ns.conditionals_compatible, other, _conditionals_of(_random_joint(gen, 3, 4))[1]))
     return out
 
 
@@ -473,11 +434,18 @@ def _compact(x):
 
 
 def _large_batch_evidence(ns, gen, q: float):
+    """Two calls on one [192, 192] batch with differently seeded generators: the judge checks the rates in
+    every quarter of the rows and columns, and that the second call draws afresh (a fixed pattern fails)."""
     ids = _batch(gen, 192, 192)  # tokens 2..9 only: random replacements must also reach 10..14 (and 0, 1, 15)
-    result = ns.bert_mask(ids.clone(), SPECIALS, 15, 16, q=q, generator=torch.Generator().manual_seed(_seed(gen)))
+    seed = _seed(gen)
+    result = ns.bert_mask(ids.clone(), SPECIALS, 15, 16, q=q, generator=torch.Generator().manual_seed(seed))
     if not isinstance(result, (tuple, list)) or len(result) != 2:
         return result
-    return {"ids": ids.to(torch.int8), "masked": _compact(result[0]), "labels": _compact(result[1])}
+    again = ns.bert_mask(ids.clone(), SPECIALS, 15, 16, q=q, generator=torch.Generator().manual_seed(seed + 1))
+    if not isinstance(again, (tuple, list)) or len(again) != 2:
+        return again
+    return {"ids": ids.to(torch.int8), "masked": _compact(result[0]), "labels": _compact(result[1]),
+            "masked2": _compact(again[0]), "labels2": _compact(again[1])}
 
 
 @probe()

@@ -89,6 +89,14 @@ def crop_log_aspect(ns, gen):
 
 
 @probe()
+def crop_redraw(ns, gen):
+    """Large crops with wide aspect ratios: two thirds of the first draws do not fit inside the image."""
+    out = ns.random_resized_crop_flip(_ramps(600, 32, 32), 16, scale=(0.6, 1.0), ratio=(0.5, 2.0), flip_p=0.0,
+                                      generator=_child(gen))
+    return _profiles(out)
+
+
+@probe()
 def crop_flip_reverses(ns, gen):
     out = ns.random_resized_crop_flip(_ramps(12, 32, 32), 16, scale=(0.3, 0.6), flip_p=1.0, generator=_child(gen))
     return _profiles(out)
@@ -509,11 +517,16 @@ def _correlated(gen, n):
 
 @probe()
 def probe_accuracy(ns, gen):
+    """An easy, a correlated, a hard and a mislabelled test set: the accuracies spread from near 0 to near 1, so
+    no constant is right for all four."""
     f, y = _blobs(gen, 900, 16, 4, 2.5)
     fc, yc = _correlated(gen, 800)
+    fh, yh = _blobs(gen, 900, 8, 4, 5.0)
     fn = ns.linear_probe_accuracy
     return [fn(f[:600], y[:600], f[600:], y[600:], epochs=30, batch_size=1024),
-            fn(fc[:500], yc[:500], fc[500:], yc[500:], epochs=40, lr=0.05, batch_size=250)]
+            fn(fc[:500], yc[:500], fc[500:], yc[500:], epochs=40, lr=0.05, batch_size=250),
+            fn(fh[:600], yh[:600], fh[600:], yh[600:], epochs=30, batch_size=1024),
+            fn(f[:600], y[:600], f[600:], (y[600:] + 1) % 4, epochs=30, batch_size=1024)]
 
 
 @probe()
@@ -533,7 +546,8 @@ def probe_standardises(ns, gen):
     g = f * scale + 500
     fn = ns.linear_probe_accuracy
     return [fn(f[:600], y[:600], f[600:], y[600:], epochs=30, batch_size=1024),
-            fn(g[:600], y[:600], g[600:], y[600:], epochs=30, batch_size=1024)]
+            fn(g[:600], y[:600], g[600:], y[600:], epochs=30, batch_size=1024),
+            fn(g[:600], y[:600], g[600:], (y[600:] + 1) % 4, epochs=30, batch_size=1024)]
 
 
 @probe()
@@ -579,7 +593,7 @@ def knn_values(ns, gen):
 @probe()
 def knn_chunked(ns, gen):
     tr, ytr, te, yte = _knn_data(gen)
-    return [attempt(ns.knn_accuracy, tr, ytr, te, yte, k=k, batch_size=7) for k in (1, 10)]
+    return [attempt(ns.knn_accuracy, tr, ytr, te, yte, k=k, batch_size=7) for k in (1, 10, 300)]
 
 
 @probe()

@@ -184,12 +184,24 @@ def tokens_seen_scalar(ns, gen):
             attempt(ns.tokens_seen, _int(gen, 0, 5000), _int(gen, 100, 5000))]
 
 
+def _step_arrays(gen) -> list:
+    """Steps as arrays: small int64 steps with a drawn tokens_per_step, and Pythia-scale steps in int64 and in
+    int32 (then step x 2,097,152 overflows int32 unless the answer widens to int64)."""
+    per_step = _int(gen, 100, 5000)
+    small = np.array([_int(gen, 0, 1000) for _ in range(7)], dtype=np.int64)
+    pythia = np.array([0, _int(gen, 1, 1000) * 1000, 143_000], dtype=np.int64)
+    late = np.array([_int(gen, 2000, 143_001) for _ in range(3)], dtype=np.int32)
+    return [(small, per_step), (pythia, 2_097_152), (late, 2_097_152)]
+
+
 @probe()
 def tokens_seen_array(ns, gen):
-    per_step = _int(gen, 100, 5000)
-    steps = np.array([_int(gen, 0, 1000) for _ in range(7)], dtype=np.int64)
-    pythia = np.array([0, _int(gen, 1, 1000) * 1000, 143_000], dtype=np.int64)  # beyond int32 at 2**21 per step
-    return [attempt(ns.tokens_seen, steps, per_step), attempt(ns.tokens_seen, pythia)]
+    return [attempt(ns.tokens_seen, steps, per_step) for steps, per_step in _step_arrays(gen)]
+
+
+@probe()
+def tokens_seen_dtype(ns, gen):
+    return [attempt(ns.tokens_seen, steps, per_step) for steps, per_step in _step_arrays(gen)]
 
 
 @probe()
@@ -199,21 +211,25 @@ def tokens_seen_rejects_negative(ns, gen):
 
 @probe()
 def compute_scalar(ns, gen):
-    """Each value with whether it is a float (a Python float or a NumPy float64 scalar)."""
-    out = []
-    for _ in range(2):
-        value = attempt(ns.training_compute, _uniform(gen, 1e6, 1e10), _uniform(gen, 1e9, 3e11))
-        out.append([value, isinstance(value, float)])
-    return out
+    return [attempt(ns.training_compute, _uniform(gen, 1e6, 1e10), _uniform(gen, 1e9, 3e11)) for _ in range(2)]
 
 
-@probe()
-def compute_array(ns, gen):
+def _compute_arrays(gen) -> list:
     big_n = np.array([11_327_027_200, _int(gen, 1_000_000, 2_000_000)], dtype=np.int64)  # pythia-12b
     big_d = np.array([299_892_736_000, _int(gen, 1, 143_001) * 2_097_152], dtype=np.int64)
     n = np.exp(_uniform(gen, 13, 23) + _normal(gen, 3))[:, None]
     d = np.exp(_uniform(gen, 20, 26) + _normal(gen, 4))
-    return [attempt(ns.training_compute, big_n, big_d), attempt(ns.training_compute, n, d)]
+    return [(big_n, big_d), (n, d)]
+
+
+@probe()
+def compute_array(ns, gen):
+    return [attempt(ns.training_compute, n, d) for n, d in _compute_arrays(gen)]
+
+
+@probe()
+def compute_dtype(ns, gen):
+    return [attempt(ns.training_compute, n, d) for n, d in _compute_arrays(gen)]
 
 
 # ------------------------------------------------------------------------------ fit_power_law
@@ -223,6 +239,14 @@ def fit_pure(ns, gen):
     N = np.logspace(_uniform(gen, 5, 6), _uniform(gen, 9, 10), _int(gen, 6, 12))
     L = np.exp(alpha * (log_nc - np.log(N)) + 0.01 * _normal(gen, N.size))
     return ns.fit_power_law(N, L)
+
+
+@probe()
+def fit_pure_errors(ns, gen):
+    alpha, log_nc = _uniform(gen, 0.05, 0.5), math.log(10) * _uniform(gen, 8, 14)
+    N = np.exp(np.sort(math.log(10) * (5 + 5 * torch.rand(_int(gen, 5, 10), dtype=torch.float64, generator=gen).numpy())))
+    L = np.exp(alpha * (log_nc - np.log(N)) + _uniform(gen, 0.005, 0.05) * _normal(gen, N.size))
+    return ns.fit_power_law(list(N), list(L))
 
 
 @probe()
@@ -289,13 +313,11 @@ def _chinchilla_params(gen) -> dict:
 @probe()
 def optimal_scalar(ns, gen):
     """The inputs come back with the answers: the judge minimises L numerically on the same ones.
-    Each answer is [N_opt, D_opt, both are floats]."""
+    Each answer is what the call returned, (N_opt, D_opt)."""
     params, out, budgets = _chinchilla_params(gen), [], []
     for _ in range(2):
         C = math.exp(math.log(10) * _uniform(gen, 15, 25))
-        got = attempt(ns.compute_optimal, params, C)
-        pair = got if isinstance(got, (tuple, list)) and len(got) == 2 else [got, got]
-        out.append([pair[0], pair[1], all(isinstance(v, float) for v in pair)])
+        out.append(attempt(ns.compute_optimal, params, C))
         budgets.append(C)
     return {"params": params, "C": budgets, "answers": out}
 

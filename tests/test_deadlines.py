@@ -1,0 +1,145 @@
+"""Submission times from LMS downloads and ``--times``, the deadline, and nbgrader's late-penalty rules
+(grader/deadlines.py, grader/collect.py, the late columns of grades.csv)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from fixtures.hostile import grader_cli
+from grader import ROOT
+
+STEM = "task1_infonce"
+DEADLINE = "2026-11-20T23:59:00+01:00"
+DUE = datetime.fromisoformat(DEADLINE).timestamp()
+
+
+def _course(tmp_path):
+    from grader.course import Course
+
+    source = tmp_path / "source"
+    source.mkdir()
+    shutil.copy(ROOT / "solutions" / "ex01" / f"{STEM}.ipynb", source)
+    return Course(grading=tmp_path / "grading", source=source)
+
+
+def _put(path: Path, when: float) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes((ROOT / "notebooks" / "ex01" / f"{STEM}.ipynb").read_bytes())
+    os.utime(path, (when, when))
+
+
+def test_lms_download_names():
+    from grader.deadlines import parse_lms_name
+
+    c = parse_lms_name("doejane_12345_67890_task1_infonce.ipynb")
+    assert (c.student, c.file, c.info) == ("doejane", "task1_infonce.ipynb",
+                                           {"system": "canvas", "user_id": "12345", "submission_id": "67890", "late": False})
+    late = parse_lms_name("smithbob_late_23456_78901_task1_infonce-1.ipynb")
+    assert late.student == "smithbob" and late.info["late"] and late.file == "task1_infonce-1.ipynb"
+    m = parse_lms_name("José Núñez_1234567_assignsubmission_file_")
+    assert (m.student, m.file) == ("Jose_Nunez_1234567", "")
+    assert m.info == {"system": "moodle", "participant_id": "1234567", "full_name": "José Núñez"}
+    flat = parse_lms_name("Jane Doe_7654321_assignsubmission_file_task1_infonce.ipynb")
+    assert flat.student == "Jane_Doe_7654321" and flat.file == "task1_infonce.ipynb"
+    for name in ("alice", "alice.zip", "alice__task1_infonce.ipynb", "notes_1.txt"):
+        assert parse_lms_name(name) is None, name
+
+
+def test_collect_reads_canvas_and_moodle_downloads_with_their_times(tmp_path):
+    from grader.collect import collect
+
+    course = _course(tmp_path)
+    inbox = tmp_path / "inbox"
+    _put(inbox / "doejane_12345_67890_task1_infonce.ipynb", DUE - 3600)               # an hour early
+    _put(inbox / "smithbob_late_23456_78901_task1_infonce.ipynb", DUE + 2.5 * 3600)   # 2.5 h late
+    _put(inbox / "Jane Roe_7654321_assignsubmission_file_" / "task1_infonce.ipynb", DUE + 59)
+    results = {r.student: r for r in collect(course, inbox, deadline=DEADLINE, late_penalty="per-hour:2")}
+    assert sorted(results) == ["Jane_Roe_7654321", "doejane", "smithbob"]
+    assert all(not r.unreadable for r in results.values()), {s: r.problems for s, r in results.items()}
+    report = course.read_json("collect", "smithbob")
+    assert report["lms"]["late"] is True and report["lms"]["user_id"] == "23456"
+    assert report["submitted_at"] == datetime.fromtimestamp(DUE + 2.5 * 3600, timezone.utc).isoformat(timespec="seconds")
+    assert report["time_source"] == "file time"
+    assert course.read_json("collect", "Jane_Roe_7654321")["lms"]["participant_id"] == "7654321"
+    assert json.loads((course.grading / "deadline.json").read_text()) == {"deadline": DEADLINE, "late_penalty": "per-hour:2"}
+
+    # export (nobody graded: scores 0) shows time, minutes late and penalty
+    proc = grader_cli(course.grading, course.source, "export")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["student_id"]: r for r in csv.DictReader(open(course.grading / "grades.csv", newline=""))}
+    assert rows["doejane"]["minutes_late"] == "0" and rows["smithbob"]["minutes_late"] == "150"
+    assert rows["Jane_Roe_7654321"]["minutes_late"] == "1"
+    assert rows["smithbob"]["submitted_at"].startswith("2026-11-21T01:29")
+    assert "late: 2" in proc.stdout
+
+
+def test_times_csv_wins_and_a_student_missing_from_it_is_named(tmp_path):
+    from grader.collect import collect
+
+    course = _course(tmp_path)
+    inbox = tmp_path / "inbox"
+    _put(inbox / "alice" / f"{STEM}.ipynb", DUE + 7 * 86400)   # the file's time says a week late...
+    _put(inbox / "bob" / f"{STEM}.ipynb", DUE)
+    times = tmp_path / "times.csv"
+    times.write_text("student,submitted_at\nalice,2026-11-20T20:00:00+01:00\n")   # ...the LMS says on time
+    results = {r.student: r for r in collect(course, inbox, times=times, deadline=DEADLINE)}
+    assert course.read_json("collect", "alice")["submitted_at"] == "2026-11-20T19:00:00+00:00"
+    assert course.read_json("collect", "alice")["time_source"] == "--times times.csv"
+    assert course.read_json("collect", "bob")["time_source"] == "file time (not in times.csv)"
+    assert any("not in times.csv" in p for p in results["bob"].problems)
+
+
+def test_a_deadline_without_time_zone_is_refused(tmp_path):
+    course = _course(tmp_path)
+    (tmp_path / "inbox").mkdir()
+    proc = grader_cli(course.grading, course.source, "collect", str(tmp_path / "inbox"), "--deadline", "2026-11-20T23:59")
+    assert proc.returncode != 0 and "has no time zone" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("method, minutes_late, score, want", [
+    ("none", 300, 10.0, 0.0),
+    ("zero", 1, 10.0, 10.0),
+    ("per-hour:1", 150, 10.0, 2.0),     # round(2.5) = 2: Python's round, as in nbgrader's example plugin
+    ("per-hour:1", 100, 10.0, 2.0),     # round(1.67) = 2
+    ("per-hour:4", 24 * 60, 10.0, 10.0),  # clamped to the score
+    ("per-hour:1", 0, 10.0, 0.0),
+])
+def test_penalties_follow_nbgraders_rules(tmp_path, method, minutes_late, score, want):
+    from grader.deadlines import apply_to_rows, penalty_for
+
+    course = _course(tmp_path)
+    when = datetime.fromtimestamp(DUE + minutes_late * 60, timezone.utc).isoformat(timespec="seconds")
+    course.write_json("collect", "alice", {"submitted_at": when, "time_source": "file time"})
+    course.write_json("collect", "bob", {})   # no time at all
+    rows = [{"student_id": "alice", "score": score, "reason": ""}, {"student_id": "bob", "score": score, "reason": ""}]
+    unknown = apply_to_rows(course, rows, DEADLINE, method)
+    assert rows[0]["late_penalty"] == pytest.approx(want)
+    assert rows[0]["score"] == pytest.approx(score - want) and rows[0]["score_before_penalty"] == score
+    assert rows[0]["minutes_late"] == minutes_late
+    # never silently on time: bob is named, in the return value and in his reason
+    assert unknown == ["bob"] and rows[1]["minutes_late"] == "unknown" and "submission time unknown" in rows[1]["reason"]
+    assert penalty_for(5.0, -10, "zero", 0) == 0.0
+
+
+def test_canvas_late_flag_against_an_earlier_time_is_pointed_out(tmp_path):
+    from grader.deadlines import apply_to_rows
+
+    course = _course(tmp_path)
+    course.write_json("collect", "carol", {"submitted_at": "2026-11-20T12:00:00+00:00", "lms": {"late": True}})
+    rows = [{"student_id": "carol", "score": 4.0, "reason": ""}]
+    apply_to_rows(course, rows, DEADLINE, "zero")
+    assert rows[0]["late_penalty"] == 0.0 and "Canvas marked this submission late" in rows[0]["reason"]
+
+
+def test_bad_penalty_is_refused():
+    from grader.deadlines import parse_penalty
+
+    with pytest.raises(ValueError, match="per-hour:P"):
+        parse_penalty("half")
