@@ -282,7 +282,7 @@ class BatchPlan:
     plan, and only the first two calls per batch (the two views); anything else is augmented as usual.
     A chunk never crosses an epoch's end (the loop saves the generator's state there), so a resumed run
     draws the same views. The views of every image are independent draws of the same pipeline: chunking
-    changes when the random numbers are drawn, not their distribution (tests/test_augmentation_stats.py)."""
+    changes when the random numbers are drawn, not their distribution (the course repository tests this)."""
 
     def __init__(self, images: torch.Tensor, order: torch.Tensor, batch_size: int, steps: int,
                  chunk_images: int = PLAN_CHUNK_IMAGES):
