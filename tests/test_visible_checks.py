@@ -48,7 +48,7 @@ MARKER = "@@visible-checks@@"
 WITHOUT_MUTANT: dict[str, str] = {
     "taskA_simclr:head_defaults": "the defaults hidden_dim=1024, out_dim=128 are given code (the signature, outside the "
                                   "solution block): no answer changes them; the visible test checks ProjectionHead(512)",
-    # issue #26 moved these parts into given code inside the answer cells (the core's size): no mistake in the
+    # parts given inside the answer cells (the core's size, and points for ideas): no mistake in the
     # student's part (the standardisation, the accuracy; the pure fit) can break them
     "taskA_simclr:probe_rejects": "the shape checks of linear_probe_accuracy are given code",
     "taskA_simclr:probe_deterministic": "the probe's seeded shuffle is given code",
@@ -64,6 +64,9 @@ WITHOUT_MUTANT: dict[str, str] = {
     "task1_infonce:cosine_rejects_bad_temperature": "cosine_scores's input checks are given code",
     "task1_infonce:gaussian_mi_rejects_rho_one": "gaussian_mutual_information's input check is given code",
     "task1_infonce:mi_bound_rejects_per_sample": "infonce_mi_lower_bound's input check is given code",
+    "taskA_simclr:nt_xent_rejects_shapes": "nt_xent_loss's shape check is given code",
+    "taskA_simclr:nt_xent_rejects_temperature": "nt_xent_loss's temperature check is given code",
+    "taskA_simclr:knn_rejects_k": "knn_accuracy's check of k is given code",
 }
 
 
