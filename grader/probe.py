@@ -98,6 +98,20 @@ def attempt(fn, *args, **kwargs):
         return raised(exc)
 
 
+def kill_namespace() -> None:
+    """SIGKILL every process this one may signal, then reap the children: only for pid 1 of a sandbox's
+    own pid namespace, where that means everything the student's code left behind."""
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+
 def case_seed(seed: int, case: str) -> int:
     """A per-case seed: the same case sees the same inputs under the same batch seed. A one-way hash,
     so the case seeds a sandbox receives (or a page shows) do not give back the batch seed, and with it
@@ -417,15 +431,7 @@ def _kill_loader(pid: int) -> None:
     except ChildProcessError:
         pass
     if os.getpid() == 1:   # pid 1 of the sandbox: nothing the loader started outlives it
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
-        except ChildProcessError:
-            pass
+        kill_namespace()
 
 
 def run_variant(cells: list[dict], names: dict, cases: list, seeds: dict, *, case_timeout: float | None,

@@ -301,15 +301,7 @@ def _stop_leftovers() -> None:
     this one, e.g. what the full run left running (busy children that would slow the judge's cases)."""
     if os.getppid() != 1 or not _IN_NAMESPACE:
         return
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
-    except ChildProcessError:
-        pass
+    probe.kill_namespace()
 
 
 _IN_NAMESPACE = False   # set by run_session: the session is pid 1 of its own pid namespace (bubblewrap)
