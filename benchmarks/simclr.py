@@ -20,6 +20,9 @@ and thread count:
   accuracies of SimCLR and of the same encoder with random weights, both from that one run, and
   whether the target is met: at least 60 % linear probe, at least 10 points above random weights,
   at most 15 minutes for the whole notebook;
+* on CUDA, ``kornia_ops``: views/s of each kornia step of the given batched augmentation (the crop in
+  kornia's "slice" and "resample" modes), and ``given_on_gpu``: the given augmentation against
+  ``augment_batch`` per call and inside ``vision.train_loop``;
 * with ``--gpu-preset`` on CUDA: the gpu preset's training time until the linear probe first
   reaches 85 % (probe time excluded), probing every few epochs.
 """
@@ -175,6 +178,30 @@ def bench_training(ns: dict, images: torch.Tensor, encoder_name: str, device: to
 
 
 # ---------------------------------------------------------------------------- the given one on a GPU
+def bench_kornia_ops(images: torch.Tensor, *, repeats: int = 5) -> dict:
+    """Views/s of each step of the given batched (kornia) augmentation on ``images`` (float, on the device
+    to measure), the crop in both of kornia's cropping modes: which step limits the given pipeline."""
+    import kornia.augmentation as K
+
+    def rate(module):
+        module(images[:256])
+        module(images)
+        sync = torch.cuda.synchronize if images.is_cuda else (lambda: None)
+        sync()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            module(images)
+        sync()
+        return repeats * len(images) / (time.perf_counter() - start)
+
+    crop = lambda mode: K.RandomResizedCrop((32, 32), scale=(0.2, 1.0), cropping_mode=mode)  # noqa: E731
+    steps = {"crop_slice": crop("slice"), "crop_resample": crop("resample"), "flip": K.RandomHorizontalFlip(p=0.5),
+             "colour_jitter": K.ColorJitter(*vision.SIMCLR_JITTER, p=0.8), "grayscale": K.RandomGrayscale(p=0.2),
+             "given_pipeline": vision.kornia_pipeline(32)}
+    return {"views": len(images), "device": str(images.device),
+            **{f"{name}_views_per_s": rate(module) for name, module in steps.items()}}
+
+
 def bench_given_on_gpu(ns: dict, images: torch.Tensor, device: torch.device, *, repeats: int = 10) -> dict:
     """The core's given augmentation on a GPU (kornia) against the extension's ``augment_batch``: views/s
     per call of 512 images, per call of a training loop's chunk (``vision.PLAN_CHUNK_IMAGES`` images, two
@@ -363,6 +390,9 @@ def main(argv=None) -> int:
         report["gpu"] = torch.cuda.get_device_name()
         print(f"training (resnet18, {report['gpu']}, bf16, channels-last, batch 512): "
               f"{report['training_gpu']['train_images_per_s']:,.0f} images/s")
+        report["kornia_ops"] = k = bench_kornia_ops(vision.to_float_images(_images(args.cifar, 16_384)[0].cuda()))
+        print("kornia steps on the GPU, views/s on 16,384 images: " + ", ".join(
+            f"{name[:-len('_views_per_s')]} {value:,.0f}" for name, value in k.items() if name.endswith("_per_s")))
         report["given_on_gpu"] = g = bench_given_on_gpu(ns, _images(args.cifar, 16_384)[0], torch.device("cuda"))
         print(f"given augmentation on the GPU (kornia): {g['given_kornia_views_per_s_512']:,.0f} views/s per call of "
               f"512, {g['given_kornia_views_per_s_chunk']:,.0f} per call of {g['chunk_views']:,}; augment_batch "

@@ -10,6 +10,12 @@ checkpoint), then, on CUDA and outside the smoke preset, times the recipe of ``b
 --gpu-preset`` (ResNet-18, the extension's ``augment_batch``, a linear probe every 5 epochs) in the same
 process, on the same GPU. ``--no-recipe`` skips that part.
 
+``--executor inprocess`` runs the same code cells in this Python process instead of a Jupyter kernel
+(one namespace, ``PRESET`` set after the parameters cell, each cell timed, its printed output kept),
+for a machine without Jupyter's kernel packages, such as a bare GPU image; ``auto`` (the default) uses
+papermill when it is installed. If a cell fails, the JSON is still written, with the cells run so far
+and ``error``; the exit code is then 1.
+
 The JSON file (``--out``, default ``build/bench/taskA_demo-<preset>.json``) holds:
 
 * ``benchmark``, ``preset``, ``date`` (UTC, ISO 8601), ``torch``, ``python``, ``device`` (the GPU's
@@ -34,10 +40,13 @@ The JSON file (``--out``, default ``build/bench/taskA_demo-<preset>.json``) hold
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import io
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 import time
@@ -73,7 +82,82 @@ def _labelled_cells(executed: dict) -> list[dict]:
     return rows
 
 
-def run_notebook(preset: str, cifar: str | None, run_dir: Path, timeout: int | None = None) -> dict:
+class _Tee(io.TextIOBase):
+    """Writes to ``stream`` and keeps a copy (a cell's printed output)."""
+
+    def __init__(self, stream):
+        self.stream, self.parts = stream, []
+
+    def write(self, text):
+        self.parts.append(text)
+        return self.stream.write(text)
+
+    def flush(self):
+        self.stream.flush()
+
+
+def _runnable(source: str) -> str:
+    """A code cell's source as plain Python: IPython's ``%`` and ``!`` lines become ``pass``."""
+    return "\n".join(re.sub(r"^(\s*)[%!].*$", r"\1pass", line) for line in source.split("\n"))
+
+
+def execute_in_process(src: Path, dst: Path, preset: str, log=None) -> None:
+    """Run the code cells of ``src`` in this process, in one namespace, as papermill runs them in a kernel
+    (``PRESET = preset`` after the cell tagged ``parameters``), and write ``dst`` after every cell: each
+    code cell with ``metadata.papermill.duration`` (seconds) and its printed output. A failing cell's
+    exception propagates after ``dst`` is written. ``log`` (a text stream) gets one line per cell."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import tqdm.auto, tqdm.std  # noqa: E401 - plain text bars, as utils.run_notebooks's headless kernels
+
+    tqdm.auto.tqdm, tqdm.auto.trange = tqdm.std.tqdm, tqdm.std.trange
+    os.environ.setdefault("TQDM_MININTERVAL", "5")
+    nb = read_notebook(src)
+    namespace = {"__name__": "__main__"}
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    cwd = os.getcwd()
+    os.chdir(src.parent)
+    try:
+        for index, cell in enumerate(nb["cells"]):
+            if cell.get("cell_type") != "code":
+                continue
+            tee, start, failure = _Tee(sys.stdout), time.perf_counter(), None
+            try:
+                with contextlib.redirect_stdout(tee):
+                    exec(compile(_runnable(cell_source(cell)), f"<cell {index}>", "exec"), namespace)
+                    if "parameters" in (cell_metadata(cell).get("tags") or []):
+                        namespace["PRESET"] = preset
+            except BaseException as error:  # noqa: BLE001 - recorded in the notebook, then raised
+                failure = error
+            seconds = time.perf_counter() - start
+            cell.setdefault("metadata", {})["papermill"] = {"duration": seconds}
+            cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "".join(tee.parts)}]
+            if failure is not None:
+                cell["outputs"].append({"output_type": "error", "ename": type(failure).__name__,
+                                        "evalue": str(failure), "traceback": []})
+            dst.write_text(json.dumps(nb, indent=1) + "\n", encoding="utf-8")
+            if log is not None:
+                print(f"[cell {index}] {grade_id(cell) or cell_source(cell).strip()[:50]!r}: {seconds:.1f} s"
+                      + (f" FAILED: {failure!r}" if failure is not None else ""), file=log, flush=True)
+            if failure is not None:
+                raise failure
+    finally:
+        os.chdir(cwd)
+
+
+def _executor(name: str) -> str:
+    if name != "auto":
+        return name
+    try:
+        import papermill  # noqa: F401
+    except ImportError:
+        return "inprocess"
+    return "papermill"
+
+
+def run_notebook(preset: str, cifar: str | None, run_dir: Path, timeout: int | None = None,
+                 executor: str = "auto") -> dict:
     """Execute the solution notebook in ``preset`` with its build folder in ``run_dir`` (emptied first)."""
     from utils.run_notebooks import execute_notebook
 
@@ -87,7 +171,10 @@ def run_notebook(preset: str, cifar: str | None, run_dir: Path, timeout: int | N
     executed = run_dir / "taskA_simclr.ipynb"
     start = time.perf_counter()
     try:
-        execute_notebook(NOTEBOOK, executed, preset, timeout=timeout)
+        if _executor(executor) == "inprocess":
+            execute_in_process(NOTEBOOK, executed, preset, log=sys.__stdout__)
+        else:
+            execute_notebook(NOTEBOOK, executed, preset, timeout=timeout)
     finally:
         for key, value in saved.items():
             if value is None:
@@ -141,7 +228,9 @@ def main(argv=None) -> int:
                         default="gpu" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=None, help="JSON file (default build/bench/taskA_demo-<preset>.json)")
     parser.add_argument("--no-recipe", action="store_true", help="skip the benchmark's gpu recipe")
-    parser.add_argument("--timeout", type=int, default=None, help="seconds per cell (default: none)")
+    parser.add_argument("--timeout", type=int, default=None, help="seconds per cell (default: none; papermill only)")
+    parser.add_argument("--executor", choices=("auto", "papermill", "inprocess"), default="auto",
+                        help="a Jupyter kernel through papermill, or this process (default: papermill if installed)")
     args = parser.parse_args(argv)
     if args.preset != "smoke" and not args.cifar:
         parser.error(f"the {args.preset} preset runs on CIFAR-10: pass --cifar DIR (or set $CIFAR10_DIR)")
@@ -154,8 +243,16 @@ def main(argv=None) -> int:
         "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "load_average_at_start": os.getloadavg(),
     }
     print(f"executing {NOTEBOOK.name} in the {args.preset} preset on {report['device']} ...", flush=True)
-    report.update(run_notebook(args.preset, args.cifar, build_dir() / "bench" / f"taskA-demo-{args.preset}-run",
-                               timeout=args.timeout))
+    run_dir = build_dir() / "bench" / f"taskA-demo-{args.preset}-run"
+    try:
+        report.update(run_notebook(args.preset, args.cifar, run_dir, timeout=args.timeout, executor=args.executor))
+    except Exception as error:  # noqa: BLE001 - the cells that ran are still worth keeping
+        partial = run_dir / "taskA_simclr.ipynb"
+        report.update({"error": repr(error), "notebook": str(partial),
+                       "cells": _labelled_cells(read_notebook(partial)) if partial.is_file() else []})
+        _write(out, report)
+        print(f"the notebook failed: {error!r}; wrote the cells so far to {out}", file=sys.stderr)
+        return 1
     probe = report["linear_probe"]
     print(f"notebook: {report['wall_seconds']:.0f} s in all; SimCLR training {report['simclr']['train_seconds']:.0f} s "
           f"({report['simclr']['images_per_second'] or float('nan'):,.0f} images/s); linear probe SimCLR "
@@ -170,11 +267,15 @@ def main(argv=None) -> int:
         report["recipe"] = run_recipe(args.cifar)
         print(f"recipe: time to {100 * ACCURACY_TARGET:.0f} % = {report['recipe']['time_to_target_seconds']} s "
               "of training")
+    _write(out, report)
+    print(f"wrote {out}")
+    return 0
+
+
+def _write(out: Path, report: dict) -> None:
     report["load_average_at_end"] = os.getloadavg()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
-    print(f"wrote {out}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -43,11 +43,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import ASSIGNMENT
-from .course import COURSE_ID, Course, add_students, snapshot_db, sync_assignment
+from .course import COURSE_ID, Course, add_students, sync_assignment
 from . import judge as judging
 from .sandbox import (cgroup_protections, describe, join_cgroup, nproc_limit, protections, remove_cgroup,
                       student_cgroups)
-from .submissions import Unreadable, prepare
+from .submissions import Unreadable, prepare, release_view
 from utils.notebook_cells import cell_role, cell_source, grade_id, nbgrader_meta
 
 STATUS_ORDER = ["unreadable", "kernel died", "timed out", "tampered", "review", "graded"]
@@ -123,15 +123,15 @@ def _limits(settings: Settings) -> dict:
     return limits
 
 
-def grade_notebook(course: Course, student: str, notebook: str, settings: Settings, db_snapshot: Path,
-                   workroot: Path, reference: dict | None = None) -> NotebookResult:
+def grade_notebook(course: Course, student: str, notebook: str, settings: Settings, workroot: Path,
+                   reference: dict | None = None) -> NotebookResult:
     """Autograde one notebook of one student (nbgrader's Autograde button grades one at a time):
-    :func:`grade_student` with that notebook alone. ``db_snapshot`` is unused (kept for callers)."""
-    return grade_student(course, student, [notebook], settings, db_snapshot, workroot, {notebook: reference})[0]
+    :func:`grade_student` with that notebook alone."""
+    return grade_student(course, student, [notebook], settings, workroot, {notebook: reference})[0]
 
 
 @dataclass
-class _Job:
+class Job:
     """One readable notebook of a student's session: as graded, and where its results go."""
     notebook: str
     graded: dict          # the submission with the release's locked cells restored
@@ -139,8 +139,8 @@ class _Job:
     result: NotebookResult
 
 
-def grade_student(course: Course, student: str, notebooks: list[str], settings: Settings, db_snapshot: Path,
-                  workroot: Path, references: dict[str, dict | None]) -> list[NotebookResult]:
+def grade_student(course: Course, student: str, notebooks: list[str], settings: Settings, workroot: Path,
+                  references: dict[str, dict | None]) -> list[NotebookResult]:
     """Autograde every notebook of one student (one job of the batch); never raises for student faults.
     ``references`` maps each notebook to the solution's evidence (judge.reference_records).
 
@@ -150,7 +150,7 @@ def grade_student(course: Course, student: str, notebooks: list[str], settings: 
     outside the sandbox."""
     started = time.monotonic()
     results = [NotebookResult(student, nb) for nb in notebooks]
-    jobs: list[_Job] = []
+    jobs: list[Job] = []
     for result in results:
         notebook = result.notebook
         submitted = course.folder("submitted", student) / f"{notebook}.ipynb"
@@ -168,9 +168,9 @@ def grade_student(course: Course, student: str, notebooks: list[str], settings: 
         if prepared.tampered:
             result.status = "tampered"
         result.reasons += prepared.tampered + prepared.notes
-        _audit(prepared.notebook, notebook, result, release_path)
+        audit_submission(prepared.notebook, notebook, result, release_path)
         release = json.loads(release_path.read_text(encoding="utf-8"))
-        jobs.append(_Job(notebook, restore_locked_cells(prepared.notebook, release), release, result))
+        jobs.append(Job(notebook, release_view(prepared.notebook, release), release, result))
     if jobs:
         scratch = Path(tempfile.mkdtemp(prefix=f"{student}-", dir=workroot))
         # pids, CPU (the worker's share of the cores) and memory (all the session's processes together)
@@ -191,10 +191,17 @@ def grade_student(course: Course, student: str, notebooks: list[str], settings: 
             job.result.scratch.mkdir()
             job.result.infra = infra
             mine = [r for r in records if r.get("stem") == job.notebook or r.get("kind") == "void"]
+            stops = sum(r.get("stopped") or 0 for r in mine if r.get("kind") == "notebook_done"
+                        and isinstance(r.get("stopped"), int))
+            if stops:
+                job.result.status = worse_status(job.result.status, "review")
+                job.result.reasons.append(f"{job.notebook}: code in the notebook stopped its own grading process "
+                                          f"({stops} time{'s' if stops > 1 else ''}, SIGSTOP); the grader continued it "
+                                          "each time (checks that ran out of time meanwhile score 0)")
             try:
                 executed = _full_run_result(job, mine, "" if not infra else tail, settings, secrets)
                 verdict = _verdict(job, mine, tail, settings, references.get(job.notebook))
-                _apply_verdict(course, job.notebook, verdict, executed, job.result)
+                apply_verdict(course, job.notebook, verdict, executed, job.result)
             except Exception as exc:  # noqa: BLE001 - this notebook's content tripped the grader: it alone
                 job.result.status, job.result.grades, job.result.autograded = "review", None, None
                 job.result.reasons.append(f"{job.notebook}: the grader could not process this notebook's results "
@@ -208,50 +215,6 @@ def grade_student(course: Course, student: str, notebooks: list[str], settings: 
         shared = elapsed - sum(r.get("seconds") or 0.0 for r in records if r.get("kind") == "notebook_done") if jobs else 0.0
         result.seconds = own + max(shared, 0.0) / max(1, len(graded)) if result in graded else 0.0
     return results
-
-
-def restore_locked_cells(nb: dict, release: dict) -> dict:
-    """The notebook as graded: every locked cell (setup, given code, tests) with the release's source
-    and grading metadata, as nbgrader's OverwriteCells restores them; a deleted test cell comes back
-    after the cell that precedes it in the release. Outputs stay as submitted (the full run replaces
-    those of every cell it runs: :func:`_full_run_result`)."""
-    import copy
-
-    released = {}
-    order = []
-    for cell in release["cells"]:
-        gid = grade_id(cell)
-        if gid:
-            released[gid] = cell
-            order.append(gid)
-    out = copy.deepcopy(nb)
-    seen = set()
-    for cell in out["cells"]:
-        gid = grade_id(cell)
-        if gid in released:
-            seen.add(gid)
-            original = released[gid]
-            if not isinstance(cell.get("metadata"), dict):
-                cell["metadata"] = {}
-            cell["metadata"]["nbgrader"] = copy.deepcopy(nbgrader_meta(original))
-            if nbgrader_meta(original).get("locked"):
-                cell["source"] = original["source"]
-                cell["cell_type"] = original["cell_type"]
-        if cell.get("cell_type") == "code" and not isinstance(cell.get("outputs"), list):
-            cell["outputs"], cell["execution_count"] = [], None
-    for i, gid in enumerate(order):
-        original = released[gid]
-        flags = nbgrader_meta(original)
-        if gid in seen or not (flags.get("locked") and flags.get("grade")):
-            continue
-        after = next((j for j, c in enumerate(out["cells"]) for prev in reversed(order[:i])
-                      if grade_id(c) == prev), None)
-        cell = copy.deepcopy(original)
-        if cell.get("cell_type") == "code":
-            cell["outputs"], cell["execution_count"] = [], None
-        out["cells"].insert(len(out["cells"]) if after is None else after + 1, cell)
-        seen.add(gid)
-    return out
 
 
 def _session_cells(graded: dict, release: dict, mode: str = "light") -> list[dict]:
@@ -279,7 +242,7 @@ DEMO_NOTE = ("[grader] The course's demonstration code in this cell was not re-r
              "no point: the judge grades your functions). The outputs below are the ones you submitted.\n")
 
 
-def session_plan(jobs: list[_Job], settings: Settings, threads: int) -> dict:
+def session_plan(jobs: list[Job], settings: Settings, threads: int) -> dict:
     """What the sandboxed session gets on stdin: per notebook its cells and the judge's plan with the
     per-case seeds. The run's label is its index, never the batch's seed: nothing in the sandbox holds
     the seed (a stack walk in a notebook once printed it into the feedback)."""
@@ -309,7 +272,7 @@ def session_command(settings: Settings, work: Path, threads: int) -> tuple[list[
     return [*prefix, sys.executable, "-m", "grader.session", "-"], outer_env
 
 
-def _run_session(student: str, jobs: list[_Job], settings: Settings, scratch: Path, course: Course,
+def _run_session(student: str, jobs: list[Job], settings: Settings, scratch: Path, course: Course,
                  cgroup) -> tuple[list[dict], str]:
     """Run grader/session.py for ``jobs`` in the student's sandbox; (records, the tail of its stderr)."""
     work = scratch / "session" / "work"
@@ -414,7 +377,7 @@ OVERLOAD = 1.5
 OVERLOAD_RETRIES = 2
 
 
-def _overloaded(results: list, prot: dict) -> str:
+def overloaded(results: list, prot: dict) -> str:
     """Why the checks of a student that timed out may be the machine's fault ("" when they are not):
     no per-student CPU cgroup, and more runnable processes than cores over the last minute."""
     timed = any(r.verdict is not None and any(not c.passed and ("did not finish" in c.message or
@@ -432,7 +395,7 @@ def _overloaded(results: list, prot: dict) -> str:
 #: Seconds a notebook's setup cell (imports, the model suite) may take inside a session.
 SETUP_SECONDS = 120
 
-def _instructor_cells_as_released(nb: dict, release_path: Path) -> set[str]:
+def instructor_cells_as_released(nb: dict, release_path: Path) -> set[str]:
     """grade_ids of the locked cells (setup, given code, tests) whose source is the release's own
     (the Colab pack URL line aside): the instructor's code, which the audit need not flag (nbgrader
     restores locked cells anyway; an edited one is still audited and reported as tampering)."""
@@ -510,7 +473,7 @@ def run_audit(nb: dict, answer_ids: set[str] | None, *, timeout: float = AUDIT_T
         raise RuntimeError(f"the audit process failed (exit {proc.returncode}: {exc})") from None
 
 
-def _audit(nb: dict, notebook: str, result: NotebookResult, release_path: Path | None = None, *,
+def audit_submission(nb: dict, notebook: str, result: NotebookResult, release_path: Path | None = None, *,
            timeout: float = AUDIT_TIMEOUT, mem_bytes: int = AUDIT_MEM_BYTES) -> None:
     """The static audit: suspicious code keeps its points but asks a TA to look (status review).
     Locked cells exactly as released are the instructor's and are not audited. The audit runs in a
@@ -519,7 +482,7 @@ def _audit(nb: dict, notebook: str, result: NotebookResult, release_path: Path |
     try:
         answer_ids = None
         if release_path is not None:
-            skip = _instructor_cells_as_released(nb, release_path)
+            skip = instructor_cells_as_released(nb, release_path)
             ids = {grade_id(c) for c in nb.get("cells", []) if isinstance(c, dict)}
             answer_ids = {i for i in ids if isinstance(i, str)} - skip
         findings = run_audit(nb, answer_ids, timeout=timeout, mem_bytes=mem_bytes)
@@ -548,7 +511,7 @@ SUBMITTED_IMAGE = 1024 ** 2      # characters of base64 per image, and 2 MiB per
 SUBMITTED_IMAGES = 2 * 1024 ** 2
 
 
-def _submitted_outputs(outputs, secrets: tuple = ()) -> list[dict]:
+def submitted_outputs(outputs, secrets: tuple = ()) -> list[dict]:
     """What a student submitted under a demonstration cell, as untrusted text and images: streams and
     plain text (capped), PNG/JPEG images (capped), an error as plain stderr text (never an error
     output, so nothing reads it as the full run's); no HTML, markdown, SVG or script (no overlay, no
@@ -608,7 +571,7 @@ def write_notebook(path: Path, nb: dict) -> None:
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=True), encoding="utf-8")
 
 
-def _full_run_result(job: _Job, records: list[dict], tail: str, settings: Settings,
+def _full_run_result(job: Job, records: list[dict], tail: str, settings: Settings,
                      secrets: tuple = ()) -> Path | None:
     """The executed notebook from the session's cell records (written to the job's scratch folder),
     and the full run's status (timeouts, a dead process, memory-cap hits) in ``job.result``. Every
@@ -632,7 +595,7 @@ def _full_run_result(job: _Job, records: list[dict], tail: str, settings: Settin
             run_outputs[i] = outputs
             if roles[i] == "demo":
                 outputs = [*outputs, {"output_type": "stream", "name": "stdout", "text": DEMO_NOTE},
-                           *_submitted_outputs(submitted[i], secrets)]
+                           *submitted_outputs(submitted[i], secrets)]
             nb["cells"][i]["outputs"] = outputs
             count = rec.get("execution_count")
             nb["cells"][i]["execution_count"] = count if isinstance(count, int) and roles[i] != "demo" else None
@@ -642,30 +605,30 @@ def _full_run_result(job: _Job, records: list[dict], tail: str, settings: Settin
     status = full.get("status") if isinstance(full, dict) else "died"
     where = _cell_name(nb, full.get("index")) if isinstance(full, dict) else ""
     if status == "budget":
-        result.status = _worse(result.status, "timed out")
+        result.status = worse_status(result.status, "timed out")
         result.reasons.insert(0, f"{notebook}: the full run was still going after the {settings.notebook_timeout} s "
                                  "limit per notebook (a loop that ignores interrupts?); the cells after it were not "
                                  "run, the judge graded the functions")
         result.full_run_reason = result.reasons[0]
     elif status == "timeout":
-        result.status = _worse(result.status, "timed out")
+        result.status = worse_status(result.status, "timed out")
         result.reasons.insert(0, f"{notebook}: a cell ({where}) ran past {settings.cell_timeout} s and ignored the "
                                  "interrupt; the full run stopped there")
         result.full_run_reason = result.reasons[0]
     elif status == "forged":
-        result.status = _worse(result.status, "review")
+        result.status = worse_status(result.status, "review")
         result.reasons.insert(0, f"{notebook}: something in the notebook wrote into the full run's own channel at "
                                  f"{where or 'its start'}; the full run stopped there (the judge graded the functions); "
                                  "look at it by hand")
         result.full_run_reason = result.reasons[0]
     elif status != "ok":
-        result.status = _worse(result.status, "kernel died")
+        result.status = worse_status(result.status, "kernel died")
         result.reasons.insert(0, f"{notebook}: the kernel died in the full run{f' at {where}' if where else ''} "
                                  f"(os._exit, a crash, or the {settings.mem_gb:g} GB memory cap); look at it by hand")
         result.full_run_reason = result.reasons[0]
     result.full_run_ok = status == "ok"
     interrupted = full.get("interrupted") if isinstance(full, dict) and isinstance(full.get("interrupted"), list) else []
-    _inspect_outputs(nb, run_outputs, interrupted, result, settings)
+    inspect_outputs(nb, run_outputs, interrupted, result, settings)
     if not executed_cells:
         return None
     executed = result.scratch / f"{notebook}.ipynb"
@@ -680,7 +643,7 @@ def _cell_name(nb: dict, index) -> str:
     return grade_id(nb["cells"][index]) or f"cell {index + 1}"
 
 
-def _manual_grades(job: _Job) -> None:
+def _manual_grades(job: Job) -> None:
     """Written answers go to the TA, as nbgrader's SaveAutoGrades decides: an answer left exactly as
     released scores 0 and needs no grading (nbgrader.utils.determine_grade's checksum rule)."""
     import nbformat
@@ -700,7 +663,7 @@ def _manual_grades(job: _Job) -> None:
     job.result.grades = grades
 
 
-def _verdict(job: _Job, records: list[dict], tail: str, settings: Settings, reference: dict | None):
+def _verdict(job: Job, records: list[dict], tail: str, settings: Settings, reference: dict | None):
     """The judge's verdict on the session's evidence for this notebook; None without a reference."""
     if reference is None:
         return None
@@ -712,7 +675,7 @@ def _verdict(job: _Job, records: list[dict], tail: str, settings: Settings, refe
     cases, header = judging.by_case(records, "student")
     void = judging.void_problem(records)
     if void:
-        result.status = _worse(result.status, "review")
+        result.status = worse_status(result.status, "review")
         result.reasons.append(f"{notebook}: the judge discarded every check ({void}); 0 autograded points; "
                               "look at it by hand")
     elif not cases:
@@ -722,31 +685,31 @@ def _verdict(job: _Job, records: list[dict], tail: str, settings: Settings, refe
     timed = sorted({c.cell for c in verdict.cases if not c.passed and "did not finish" in c.message})
     if timed:
         # the light full run does not call the functions: a function that hangs shows here
-        result.status = _worse(result.status, "timed out")
+        result.status = worse_status(result.status, "timed out")
         result.reasons.append(f"{notebook}: checks of {', '.join(timed)} ran past their time limit (0 for those checks)")
     cell_of = {case.probe: case.cell for case in judging.load_cases(notebook)}
     died = sorted({cell_of[name] for name, rec in cases.items() if rec.get("status") == "died" and name in cell_of})
     if died:
-        result.status = _worse(result.status, "kernel died")
+        result.status = worse_status(result.status, "kernel died")
         result.reasons.append(f"{notebook}: checks of {', '.join(died)} ended their grading process (os._exit, a crash "
                               f"or the {settings.mem_gb:g} GB memory cap; 0 for those checks)")
     budget = sorted({c.cell for c in verdict.cases if not c.passed and "was used up" in c.message})
     if budget:
-        result.status = _worse(result.status, "timed out")
+        result.status = worse_status(result.status, "timed out")
         result.reasons.append(f"{notebook}: the judge's {settings.judge_budget} s for this notebook ran out before the "
                               f"checks of {', '.join(budget)} (0 for those checks)")
     if verdict.dropped:
         shown = "; ".join(verdict.dropped[:5]) + (f"; and {len(verdict.dropped) - 5} more" if len(verdict.dropped) > 5 else "")
         result.reasons.append(f"{notebook}: the judge could not run {shown}")
         if any(e.get("kind") in ("timeout", "died", "budget") for e in header.get("not_run", []) if isinstance(e, dict)):
-            result.status = _worse(result.status, "timed out")
+            result.status = worse_status(result.status, "timed out")
     if verdict.tampered:
-        result.status = _worse(result.status, "review")
+        result.status = worse_status(result.status, "review")
         result.reasons.append(f"{notebook}: {verdict.tampered}; the judge discarded the checks after it")
     return verdict
 
 
-def _apply_verdict(course, notebook, verdict, executed, result) -> None:
+def apply_verdict(course, notebook, verdict, executed, result) -> None:
     """The judge's points replace whatever nbgrader read from the test cells' outputs."""
     manual = dict(result.grades or {})
     result.grades = {}
@@ -765,7 +728,7 @@ def _apply_verdict(course, notebook, verdict, executed, result) -> None:
     result.verdict = verdict
     if executed is not None:
         _annotate(executed, verdict)
-        _insert_rubrics(executed, course.source / f"{notebook}.ipynb")
+        insert_rubrics(executed, course.source / f"{notebook}.ipynb")
 
 
 def _annotate(executed: Path, verdict) -> None:
@@ -782,17 +745,17 @@ def _annotate(executed: Path, verdict) -> None:
         pass
 
 
-def _worse(a: str, b: str) -> str:
+def worse_status(a: str, b: str) -> str:
     return min(a, b, key=STATUS_ORDER.index)
 
 
-def _inspect_outputs(nb: dict, run_outputs: dict[int, list], interrupted: list, result: NotebookResult,
+def inspect_outputs(nb: dict, run_outputs: dict[int, list], interrupted: list, result: NotebookResult,
                      settings: Settings) -> None:
     """Timeouts and memory errors of the full run: the cells the session itself interrupted at their
     time limit (``interrupted``, its own clock), and MemoryErrors among the outputs the full run made
     (``run_outputs``; never the outputs a student submitted under a demonstration cell)."""
     for index in dict.fromkeys(i for i in interrupted if isinstance(i, int)):
-        result.status = _worse(result.status, "timed out")
+        result.status = worse_status(result.status, "timed out")
         result.reasons.append(f"{_cell_name(nb, index) or 'a cell'} ran past {settings.cell_timeout} s and was "
                               "interrupted in the full run")
     for index, outputs in run_outputs.items():
@@ -851,7 +814,7 @@ def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
             dest.unlink(missing_ok=True)
             result.reasons.append(f"{result.notebook}: the executed notebook could not be made safe to show "
                                   f"({exc.__class__.__name__}); it is not in autograded/, look at the submission by hand")
-            result.status = _worse(result.status, "review")
+            result.status = worse_status(result.status, "review")
     elif dest.exists():
         dest.unlink()  # never leave an older run's notebook behind for feedback
     return score, max_score
@@ -866,7 +829,7 @@ def _is_manual(gb, cell) -> bool:
 
 
 # ----------------------------------------------------------------------------- the batch
-def _insert_rubrics(executed: Path, source: Path) -> None:
+def insert_rubrics(executed: Path, source: Path) -> None:
     """Put each written answer's rubric (from the source notebook, grader/tiers.py) directly under the
     student's answer in the autograded notebook, where the TA grades it in formgrader. Cells a student
     tagged ``rubric`` are dropped first; feedback drops every rubric cell again (feedback.sanitise)."""
@@ -944,8 +907,6 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
                 def progress(msg):  # the lines go above the bar, not through it
                     with tqdm_bar.external_write_mode():
                         say(msg)
-        snapshot = workroot / "gradebook.db"
-        snapshot_db(course.db_path, snapshot)
         references = {}
         for nb in notebooks if todo else []:
             progress(f"judge: reference values of {nb} (the solution, outside the sandbox)")
@@ -956,7 +917,7 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
                                                        cache_dir=course.grading / "cache")
         ran: list[NotebookResult] = []
         with ThreadPoolExecutor(max(1, settings.workers)) as pool, _cancel_pending_on_error(pool):
-            futures = {pool.submit(grade_student, course, s, notebooks, settings, snapshot, workroot, references): s
+            futures = {pool.submit(grade_student, course, s, notebooks, settings, workroot, references): s
                        for s in todo}
             for done, future in enumerate(as_completed(futures), 1):
                 s = futures[future]
@@ -970,7 +931,7 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
                     finished = False   # the grader's fault, not the student's: the next run tries again
                 retries = course.read_json("status", s).get("overload_retries", 0)
                 retries = retries if isinstance(retries, int) else OVERLOAD_RETRIES
-                overload = _overloaded(results, prot) if finished and retries < OVERLOAD_RETRIES else ""
+                overload = overloaded(results, prot) if finished and retries < OVERLOAD_RETRIES else ""
                 if overload:   # checks timed out on a busy machine: the next run grades this student again
                     finished = False
                     for res in results:

@@ -101,22 +101,56 @@ def iso_utc(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds")
 
 
+MOODLE_TIME_FORMATS = ("%A, %d %B %Y, %I:%M %p", "%A, %d %B %Y, %H:%M", "%d %B %Y, %I:%M %p", "%d %B %Y, %H:%M")
+
+
+def parse_moodle_time(text: str, default_zone=None) -> datetime:
+    """A time as Moodle's grading worksheet writes it ("Friday, 20 November 2026, 11:59 PM", in the
+    downloading user's time zone, which the file does not name: ``default_zone``, the deadline's), or ISO 8601."""
+    text = " ".join(str(text).split())
+    for fmt in MOODLE_TIME_FORMATS:
+        try:
+            value = datetime.strptime(text, fmt)
+        except ValueError:
+            continue
+        if default_zone is None:
+            raise ValueError(f"{text!r} has no time zone: give --deadline with a zone, the worksheet's times are read in it")
+        return value.replace(tzinfo=default_zone)
+    return parse_time(text, default_zone)
+
+
 def read_times(path: Path, default_zone=None) -> dict[str, str]:
-    """``--times FILE``: student (or LMS id) -> ISO 8601 UTC time. Raises ValueError naming the bad line."""
+    """``--times FILE``: student (or LMS id) -> ISO 8601 UTC time. Raises ValueError naming the bad line.
+
+    Two layouts: the pack's own CSV (``student``, ``submitted_at``), or Moodle's grading worksheet
+    (Assignment > View all submissions > Download grading worksheet;
+    https://docs.moodle.org/en/Assignment_settings#Offline_grading_worksheet): ``Identifier``
+    ("Participant 1234567", matched to the download's participant id) and ``Last modified (submission)``
+    ("-" for no submission: left out, so collect names the student)."""
     out = {}
     with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
         fields = {k.strip().lower(): k for k in reader.fieldnames or []}
-        who = next((fields[k] for k in ("student", "student_id", "login", "id") if k in fields), None)
-        when = next((fields[k] for k in ("submitted_at", "time", "timestamp") if k in fields), None)
+        moodle = "identifier" in fields and "last modified (submission)" in fields
+        if moodle:
+            who, when = fields["identifier"], fields["last modified (submission)"]
+        else:
+            who = next((fields[k] for k in ("student", "student_id", "login", "id") if k in fields), None)
+            when = next((fields[k] for k in ("submitted_at", "time", "timestamp") if k in fields), None)
         if who is None or when is None:
-            raise ValueError(f"{path}: needs a 'student' and a 'submitted_at' column (has: {reader.fieldnames})")
+            raise ValueError(f"{path}: needs a 'student' and a 'submitted_at' column, or Moodle's grading worksheet "
+                             f"('Identifier', 'Last modified (submission)') (has: {reader.fieldnames})")
         for line, row in enumerate(reader, 2):
-            if not (row.get(who) or "").strip():
+            student, time_text = (row.get(who) or "").strip(), (row.get(when) or "").strip()
+            if moodle:
+                student = re.sub(r"\D", "", student)
+                if time_text in ("", "-"):
+                    continue
+            if not student:
                 continue
             try:
-                out[row[who].strip()] = parse_time(row[when], default_zone).astimezone(timezone.utc).isoformat(
-                    timespec="seconds")
+                parsed = parse_moodle_time(time_text, default_zone) if moodle else parse_time(time_text, default_zone)
+                out[student] = parsed.astimezone(timezone.utc).isoformat(timespec="seconds")
             except ValueError as exc:
                 raise ValueError(f"{path}, line {line}: {exc}") from None
     return out
@@ -172,6 +206,14 @@ def penalty_for(score: float, seconds_late: float, method: str, per_hour: float)
     return float(min(max(penalty, 0.0), max(score, 0.0)))
 
 
+def effective_settings(course: Course, deadline: str | None = None,
+                       penalty: str | None = None) -> tuple[str | None, tuple[str, float]]:
+    """The deadline and the parsed penalty rule in force: the arguments, else collect's grading/deadline.json."""
+    settings = load_settings(course)
+    deadline = deadline if deadline is not None else settings.get("deadline")
+    return deadline, parse_penalty(penalty if penalty is not None else settings.get("late_penalty", "none"))
+
+
 LATE_FIELDS = ["submitted_at", "time_source", "minutes_late", "late_penalty", "score_before_penalty"]
 
 
@@ -179,9 +221,7 @@ def apply_to_rows(course: Course, rows: list[dict], deadline: str | None = None,
                   penalty: str | None = None) -> list[str]:
     """Fill grades.csv's late columns in ``rows`` (dicts with student_id and score) and take each
     penalty off ``score``; returns the students whose time is unknown while a deadline is set."""
-    settings = load_settings(course)
-    deadline = deadline if deadline is not None else settings.get("deadline")
-    method, per_hour = parse_penalty(penalty if penalty is not None else settings.get("late_penalty", "none"))
+    deadline, (method, per_hour) = effective_settings(course, deadline, penalty)
     due = parse_deadline(deadline) if deadline else None
     unknown = []
     for row in rows:
@@ -210,3 +250,44 @@ def apply_to_rows(course: Course, rows: list[dict], deadline: str | None = None,
             row["reason"] = "; ".join(filter(None, [row.get("reason"), "Canvas marked this submission late, its time "
                                                     f"({when}) is before the deadline: check it"]))
     return unknown
+
+
+def _naive_utc(text: str) -> datetime:
+    """nbgrader's gradebook keeps times as naive UTC datetimes."""
+    return parse_time(text).astimezone(timezone.utc).replace(tzinfo=None)
+
+
+def record_in_gradebook(course: Course, rows: list[dict], deadline: str | None = None) -> None:
+    """Write what :func:`apply_to_rows` put in ``rows`` into nbgrader's gradebook, so that formgrader and
+    nbgrader's own tools show the same: the assignment's due date (``Assignment.duedate``), each
+    submission's time (``SubmittedAssignment.timestamp``, formgrader's "Submission Date" column) and its
+    penalty (``SubmittedNotebook.late_submission_penalty``; nbgrader sums it per submission). The pack's
+    penalty is on the student's total, so it is spread over the notebooks in the sheet's order, none above
+    its notebook's score; the sum is grades.csv's ``late_penalty``. Without a deadline the due date and the
+    penalties are cleared; a submission's time is written whenever it is known."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    from . import ASSIGNMENT
+    from .course import COURSE_ID
+
+    if not course.db_path.exists():
+        return
+    deadline, _ = effective_settings(course, deadline)
+    order = {name: index for index, name in enumerate(course.notebook_names())}
+    with Gradebook(course.db_url, COURSE_ID) as gb:
+        try:
+            gb.find_assignment(ASSIGNMENT).duedate = _naive_utc(deadline) if deadline else None
+        except MissingEntry:
+            return
+        for row in rows:
+            try:
+                submission = gb.find_submission(ASSIGNMENT, row["student_id"])
+            except MissingEntry:
+                continue
+            submission.timestamp = _naive_utc(row["submitted_at"]) if row.get("submitted_at") else None
+            left = float(row.get("late_penalty") or 0.0)
+            for notebook in sorted(submission.notebooks, key=lambda nb: order.get(nb.name, len(order))):
+                share = min(left, max(float(notebook.score or 0.0), 0.0))
+                notebook.late_submission_penalty = share if deadline else None
+                left -= share
+        gb.db.commit()

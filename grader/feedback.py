@@ -23,7 +23,6 @@ escaped against spreadsheet formulas.
 
 from __future__ import annotations
 
-import copy
 import html
 import json
 import os
@@ -32,7 +31,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from utils.notebook_cells import RUBRIC_TAG, cell_metadata, cell_source, cell_tags, grade_id, nbgrader_meta, \
+from utils.notebook_cells import RUBRIC_TAG, cell_source, cell_tags, grade_id, nbgrader_meta, \
     read_notebook
 
 from . import ASSIGNMENT
@@ -154,9 +153,10 @@ def export(course: Course, out: Path | None = None, deadline: str | None = None,
               "extension_score", "extension_max", "autograded_score", "autograded_max",
               "manual_score", "needs_manual_grade", *notebooks]
     # submission time, minutes late, late penalty (taken off score): grader/deadlines.py
-    from .deadlines import LATE_FIELDS, apply_to_rows
+    from .deadlines import LATE_FIELDS, apply_to_rows, record_in_gradebook
 
     apply_to_rows(course, rows, deadline, late_penalty)
+    record_in_gradebook(course, rows, deadline)   # formgrader shows the same times and penalties
     fields += LATE_FIELDS
     write_csv(out, fields, rows)
     return out, rows
@@ -503,36 +503,24 @@ def _not_run_note(entry: dict, stem: str, partial: bool = False) -> dict:
 
 def not_run_notebook(course: Course, student: str, stem: str, entry: dict) -> dict:
     """The page's notebook for a student whose full run of ``stem`` failed: the submitted notebook
-    (read and repaired as for grading, grader/submissions.py), its outputs left out, the graded cells'
-    metadata and locked cells (tests, setup) as released, a test cell the student deleted put back at
-    the end, the judge's report under each test cell (as autograde ``_annotate`` does for an executed
-    notebook) and a note at the top. Still to be sanitised like any other page."""
-    from .submissions import prepare
+    (read and repaired as for grading, grader/submissions.py) in the release view grading uses
+    (:func:`grader.submissions.release_view`: locked cells as released, a deleted test cell back in its
+    place), its outputs left out, the judge's report under each test cell (as autograde ``_annotate``
+    does for an executed notebook) and a note at the top. Still to be sanitised like any other page."""
+    from .submissions import prepare, release_view
 
     release_path = course.release / f"{stem}.ipynb"
     release = json.loads(release_path.read_text(encoding="utf-8"))
-    nb = prepare(course.folder("submitted", student) / f"{stem}.ipynb", release_path).notebook
+    nb = release_view(prepare(course.folder("submitted", student) / f"{stem}.ipynb", release_path).notebook, release)
     reports = _report_texts(stem, entry, release)
-
-    released = {grade_id(c): c for c in release["cells"] if grade_id(c)}
-    present = {grade_id(c) for c in nb["cells"]}
-    deleted = [copy.deepcopy(c) for g, c in released.items() if g in reports and g not in present]
-    cells, seen = [_not_run_note(entry, stem)], set()
-    for cell in nb["cells"] + deleted:
-        gid = grade_id(cell)
-        original = released.get(gid)
-        if original is not None and gid not in seen:
-            seen.add(gid)
-            if nbgrader_meta(original).get("locked"):   # tests, setup: as released (nbgrader restores them too)
-                cell = copy.deepcopy(original)
-            else:
-                cell["metadata"] = {**cell_metadata(cell), "nbgrader": copy.deepcopy(nbgrader_meta(original))}
+    released = {grade_id(c) for c in release["cells"] if grade_id(c)}
+    for cell in nb["cells"]:
         if cell.get("cell_type") == "code":
             cell["outputs"], cell["execution_count"] = [], None
-            if gid in reports and original is not None:
+            gid = grade_id(cell)
+            if gid in reports and gid in released:
                 cell["outputs"].append({"output_type": "stream", "name": "stdout", "text": reports[gid] + "\n"})
-        cells.append(cell)
-    nb["cells"] = cells
+    nb["cells"].insert(0, _not_run_note(entry, stem))
     return nb
 
 

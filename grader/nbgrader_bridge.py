@@ -65,7 +65,7 @@ def grade_one(student: str, notebook: str, course=None):
     executed notebook still in place) and the scratch folder to remove afterwards."""
     from . import judge as judging
     from .autograde import Settings, grade_notebook, merge, record_statuses
-    from .course import Course, snapshot_db, sync_assignment
+    from .course import Course, sync_assignment
 
     course = course or Course()
     if not (course.release / f"{notebook}.ipynb").exists():
@@ -73,13 +73,11 @@ def grade_one(student: str, notebook: str, course=None):
     settings = Settings(workers=1)
     settings.seed = judging.judge_seed(course.grading)
     workroot = Path(tempfile.mkdtemp(prefix="las-nbgrader-"))
-    snapshot = workroot / "gradebook.db"
-    snapshot_db(course.db_path, snapshot)
     release = json.loads((course.release / f"{notebook}.ipynb").read_text(encoding="utf-8"))
     solution = json.loads((course.source / f"{notebook}.ipynb").read_text(encoding="utf-8"))
     reference = judging.reference_records(notebook, release, solution, settings.seed, workroot,
                                           threads=settings.threads(), cache_dir=course.grading / "cache")
-    result = grade_notebook(course, student, notebook, settings, snapshot, workroot, reference)
+    result = grade_notebook(course, student, notebook, settings, workroot, reference)
     result.score, result.max_score = merge(course, result)
     record_statuses(course, {student: [result]}, settings.protections(), update=True)
     return result, workroot

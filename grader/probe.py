@@ -37,15 +37,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import select
 import signal
 import sys
 import time
 
 from .evidence import MAX_CASE_BYTES, encode, raised
+from .process import (RecordReader, close_inherited, default_signals, kill_process, read_child, send_record,
+                      serve, single_thread)
 
 DEFAULT_TIMEOUT = 60.0
-_CLOSE_IN_CHILDREN: list[int] = []   # the evidence channel: no process that runs student code holds it
 
 
 # --------------------------------------------------------------------------- probe registry
@@ -98,20 +98,6 @@ def attempt(fn, *args, **kwargs):
         return raised(exc)
 
 
-def kill_namespace() -> None:
-    """SIGKILL every process this one may signal, then reap the children: only for pid 1 of a sandbox's
-    own pid namespace, where that means everything the student's code left behind."""
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
-    except ChildProcessError:
-        pass
-
-
 def case_seed(seed: int, case: str) -> int:
     """A per-case seed: the same case sees the same inputs under the same batch seed. A one-way hash,
     so the case seeds a sandbox receives (or a page shows) do not give back the batch seed, and with it
@@ -135,70 +121,7 @@ GRACE = 3.0             # seconds the harness waits past a limit before it kills
 FAST_FAIL = 5.0         # after a case of a test cell timed out, its other cases get this long
 
 
-def _protect_parent() -> None:
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE 0: no /proc/<pid>/mem, no ptrace from children
-        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG: die with the grader
-    except Exception:  # noqa: BLE001 - best effort (non-Linux)
-        pass
-
-
-#: Signals no process inside the sandbox may use to stop a trusted grading process (the harness or
-#: session, pid 1 of the sandbox, and each notebook process): ignored there. Inside a pid namespace the
-#: kernel already drops a signal to pid 1 whose action is the default; Python installs a handler for
-#: SIGINT, so without this one ``os.kill(1, signal.SIGINT)`` from a notebook stopped every grading.
-#: SIGKILL and SIGSTOP cannot be ignored: pid 1 is immune to them from inside, and a notebook process
-#: stopped or killed costs that notebook only. Every process that runs student code gets the defaults back.
-TRUSTED_IGNORES = tuple(getattr(signal, name) for name in (
-    "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPROF",
-    "SIGXCPU", "SIGXFSZ", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGPIPE", "SIGTRAP", "SIGPWR") if hasattr(signal, name))
-
-
-def ignore_signals() -> None:
-    """In a trusted process: no signal from inside the sandbox stops it (see TRUSTED_IGNORES), and any
-    other signal a library gave a Python handler is back to its default (which pid 1 is immune to)."""
-    for sig in TRUSTED_IGNORES:
-        try:
-            signal.signal(sig, signal.SIG_IGN)
-        except (OSError, ValueError):
-            pass
-    for sig in signal.valid_signals():
-        if sig in TRUSTED_IGNORES or sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
-            continue
-        try:
-            if callable(signal.getsignal(sig)):
-                signal.signal(sig, signal.SIG_DFL)
-        except (OSError, ValueError, TypeError):
-            pass
-
-
-def default_signals() -> None:
-    """In a forked process that runs student code: the signal actions a fresh Python has (Ctrl-C
-    raises KeyboardInterrupt; SIGTERM ends it; SIGPIPE stays ignored, as Python sets it)."""
-    for sig in TRUSTED_IGNORES:
-        try:
-            if sig == signal.SIGINT:
-                signal.signal(sig, signal.default_int_handler)
-            elif sig != getattr(signal, "SIGPIPE", None):
-                signal.signal(sig, signal.SIG_DFL)
-        except (OSError, ValueError):
-            pass
-
-
-def _private_sys_path() -> None:
-    """No working folder on ``sys.path``: a notebook that writes ``sqlite3.py`` (or ``json.py``) into its
-    folder must not replace the standard library for the grader or for the notebooks after it."""
-    from pathlib import Path
-
-    root = str(Path(__file__).resolve().parents[1])
-    here = os.getcwd()
-    sys.path[:] = [p for p in sys.path if p not in ("", ".") and (p != here or p == root)]
-
-
-def _run_trusted(cells: list[dict], names: dict) -> list[str]:
+def run_trusted(cells: list[dict], names: dict) -> list[str]:
     """The release's parameters and setup cells in full, and its given cells' definitions: course
     code, run once in the parent before any student code."""
     from utils.answer_loader import run_definitions, strip_magics
@@ -215,24 +138,6 @@ def _run_trusted(cells: list[dict], names: dict) -> list[str]:
         elif cell["role"] == "given":
             notes += run_definitions(cell["source"], cell["id"], names)
     return notes
-
-
-def _send(fd: int, record: dict) -> None:
-    view = memoryview((_dumps(record, allow_nan=True) + "\n").encode())
-    while view:
-        n = _write(fd, view[:1 << 16])
-        view = view[n:]
-
-
-def _single_thread() -> None:
-    """In a forked process: one intra-op thread. An OpenMP pool the parent started (a student's
-    top-level torch code with several threads) does not survive fork(); using it would hang."""
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except Exception:  # noqa: BLE001
-        pass
 
 
 def _run_probe(probe, names: dict, not_run: list, seed: int):
@@ -255,10 +160,10 @@ def _run_probe(probe, names: dict, not_run: list, seed: int):
 def _case_child(probe, names: dict, not_run: list, seed: int, write_fd: int) -> None:
     """In a forked case process: run one probe on the loaded notebook, send back the encoded value."""
     try:
-        _single_thread()
+        single_thread()
         started = time.monotonic()
         value = _run_probe(probe, names, not_run, seed)
-        _send(write_fd, {"case": probe.name, "value": encode(value), "seconds": round(time.monotonic() - started, 3)})
+        send_record(write_fd, {"case": probe.name, "value": encode(value), "seconds": round(time.monotonic() - started, 3)})
     finally:
         os._exit(0)
 
@@ -269,11 +174,7 @@ def _loader(cells: list[dict], names: dict, cases: list, seeds: dict, timeouts: 
     that hung or killed an earlier loader), then probes the cases, each in a process forked from the
     loaded state (``isolate == "case"``) or all here (``"variant"``: our own notebooks, in sweeps)."""
     try:
-        for fd in _CLOSE_IN_CHILDREN:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        close_inherited()
         os.setpgid(0, 0)
         default_signals()
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -284,7 +185,7 @@ def _loader(cells: list[dict], names: dict, cases: list, seeds: dict, timeouts: 
                 stream.reconfigure(errors="backslashreplace")
             except (AttributeError, ValueError, OSError):
                 pass
-        _single_thread()
+        single_thread()
         from utils.answer_loader import not_run_entry, run_statement, statements
 
         stmts, not_run = [], []
@@ -307,21 +208,21 @@ def _loader(cells: list[dict], names: dict, cases: list, seeds: dict, timeouts: 
                                                  f"grader's {load_seconds:g} s for loading a notebook", "budget"))
                     continue
                 limit = 2.0
-            _send(send_fd, {"k": "stmt", "i": i, "entry": not_run_entry(stmt, "", "")})
+            send_record(send_fd, {"k": "stmt", "i": i, "entry": not_run_entry(stmt, "", "")})
             why = run_statement(stmt, names, limit)
             if why:
                 not_run.append(not_run_entry(stmt, why, "timeout" if "time limit" in why else "error"))
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        _send(send_fd, {"k": "loaded", "not_run": not_run[:200], "seconds": round(time.monotonic() - started, 3)})
+        send_record(send_fd, {"k": "loaded", "not_run": not_run[:200], "seconds": round(time.monotonic() - started, 3)})
         slow_groups = set()
         for probe in cases:
             timeout = timeouts[probe.name]
             if groups.get(probe.name) in slow_groups:
                 timeout = min(timeout, FAST_FAIL)
-            _send(send_fd, {"k": "case_start", "case": probe.name})
+            send_record(send_fd, {"k": "case_start", "case": probe.name})
             if isolate == "variant":
                 value = _run_probe(probe, names, not_run, seeds[probe.name])
-                _send(send_fd, {"k": "case", "case": probe.name, "status": "ok", "value": encode(value)})
+                send_record(send_fd, {"k": "case", "case": probe.name, "status": "ok", "value": encode(value)})
                 continue
             read_fd, write_fd = os.pipe()
             started_case = time.monotonic()
@@ -331,7 +232,7 @@ def _loader(cells: list[dict], names: dict, cases: list, seeds: dict, timeouts: 
                 os.close(send_fd)
                 _case_child(probe, names, not_run, seeds[probe.name], write_fd)
             os.close(write_fd)
-            status, data = _read_child(pid, read_fd, timeout, MAX_CASE_BYTES + (1 << 20))
+            status, data = read_child(pid, read_fd, timeout, MAX_CASE_BYTES + (1 << 20))
             record = {"k": "case", "case": probe.name, "status": status, "timeout": timeout,
                       "seconds": round(time.monotonic() - started_case, 3)}
             if status == "ok":
@@ -342,96 +243,10 @@ def _loader(cells: list[dict], names: dict, cases: list, seeds: dict, timeouts: 
                     record["status"] = "bad-evidence"
             if status == "timeout":
                 slow_groups.add(groups.get(probe.name))
-            _send(send_fd, record)
-        _send(send_fd, {"k": "end"})
+            send_record(send_fd, record)
+        send_record(send_fd, {"k": "end"})
     finally:
         os._exit(0)
-
-
-def _read_child(pid: int, read_fd: int, timeout: float, limit: int) -> tuple[str, bytes]:
-    """Collect one child's output; kill it (and its group) past ``timeout``. Returns (status, bytes).
-    Reading stops when the child has exited and the pipe is drained, even if grandchildren it left
-    behind still hold the pipe open."""
-    deadline = time.monotonic() + timeout
-    chunks, size, status, exited = [], 0, "ok", False
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            status = "timeout"
-            break
-        ready, _, _ = select.select([read_fd], [], [], 0.0 if exited else min(left, 0.2))
-        if ready:
-            chunk = _read(read_fd, 1 << 16)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > limit:
-                status = "bad-evidence"
-                break
-            chunks.append(chunk)
-            continue
-        if exited:
-            break
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        exited = done == pid
-    _close(read_fd)
-    for target in (-pid, pid):  # the case's process group: whatever it started dies with it
-        try:
-            os.kill(target, signal.SIGKILL)
-        except OSError:
-            pass
-    if not exited:
-        try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
-    if status == "ok" and not chunks:
-        status = "died"
-    return status, b"".join(chunks)
-
-
-class _Lines:
-    """Newline-delimited records from a pipe, each at most ``limit`` bytes, with a deadline per read."""
-
-    def __init__(self, fd: int, limit: int):
-        self.fd, self.limit, self.buf, self.eof = fd, limit, b"", False
-
-    def next(self, deadline: float):
-        """The next record (dict), "timeout", "eof", or "bad" (too long or not a JSON object)."""
-        while b"\n" not in self.buf:
-            if len(self.buf) > self.limit:
-                return "bad"
-            if self.eof:
-                return "eof"
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return "timeout"
-            ready, _, _ = select.select([self.fd], [], [], min(left, 0.5))
-            if ready:
-                chunk = os.read(self.fd, 1 << 20)
-                if not chunk:
-                    self.eof = True
-                self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        try:
-            rec = json.loads(line)
-        except (ValueError, RecursionError):
-            return "bad"
-        return rec if isinstance(rec, dict) else "bad"
-
-
-def _kill_loader(pid: int) -> None:
-    for target in (-pid, pid):
-        try:
-            os.kill(target, signal.SIGKILL)
-        except OSError:
-            pass
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
-    if os.getpid() == 1:   # pid 1 of the sandbox: nothing the loader started outlives it
-        kill_namespace()
 
 
 def run_variant(cells: list[dict], names: dict, cases: list, seeds: dict, *, case_timeout: float | None,
@@ -458,7 +273,7 @@ def run_variant(cells: list[dict], names: dict, cases: list, seeds: dict, *, cas
             _loader(cells, names, pending, seeds, timeouts, groups, dict(skip), load_left, statement_seconds,
                     isolate, write_fd)
         os.close(write_fd)
-        lines = _Lines(read_fd, limit)
+        lines = RecordReader(read_fd, limit)
         phase, current, since = "load", None, time.monotonic()
         load_started = since
         outcome = ""
@@ -532,7 +347,7 @@ def run_variant(cells: list[dict], names: dict, cases: list, seeds: dict, *, cas
                 pending.pop(0)
             break
         os.close(read_fd)
-        _kill_loader(pid)
+        kill_process(pid)
         if outcome in ("end", "tampered", "budget", "load-failed"):
             break
         info["restarts"] += 1
@@ -553,7 +368,7 @@ def run_plan(plan: dict, emit) -> None:
     case's seed outside the sandbox, so the batch's own seed never enters it."""
     names: dict = fresh_names()
     first = next(iter(plan["variants"].values()), [])
-    setup_notes = _run_trusted([c for c in first if c["role"] in ("parameters", "setup", "given")], names)
+    setup_notes = run_trusted([c for c in first if c["role"] in ("parameters", "setup", "given")], names)
     judge_variants(plan, names, setup_notes, emit)
     emit({"kind": "done"})
 
@@ -604,62 +419,6 @@ def judge_variants(plan: dict, names: dict, setup_notes: list, emit) -> None:
                   "load_seconds": info["load_seconds"], "restarts": info["restarts"]})
             for probe in cases:
                 emit({"kind": "case", "variant": variant, "seed": label, "case": probe.name, **results[probe.name]})
-
-
-def serve(run, name: str, argv: list[str] | None = None) -> None:
-    """The entry point of a sandboxed grading process (this harness, grader/session.py): protect it,
-    apply the limits, read the plan (a file, or ``-``: stdin) and call ``run(plan, emit)``, where ``emit``
-    writes numbered records to the evidence channel, which every child closes."""
-    argv = sys.argv[1:] if argv is None else argv
-    _protect_parent()
-    ignore_signals()
-    _private_sys_path()
-    out_fd = os.dup(1)   # the evidence channel; every child closes it
-    os.dup2(2, 1)        # anything printed (by setup code) goes to stderr
-    try:
-        from .kernel import apply_limits
-
-        apply_limits()
-    except Exception as exc:  # noqa: BLE001
-        print(f"{name}: could not apply limits: {exc}", file=sys.stderr)
-    if argv and argv[0] != "-":
-        with open(argv[0], encoding="utf-8") as f:
-            plan = json.load(f)
-    else:   # the plan comes on stdin: nothing of it stays on disk where the notebook's code could read it
-        plan = json.loads(sys.stdin.buffer.read())
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-
-    counter = iter(range(1 << 62))
-
-    def emit(record: dict) -> None:
-        # Every record carries its place in the stream: the judge accepts only 0, 1, 2, ... in order,
-        # each once, ending with one "done" and a clean exit, so a record forged into the channel
-        # (or a harness killed half-way) voids the run instead of scoring.
-        record["seq"] = next(counter)
-        view = memoryview((json.dumps(record, allow_nan=True) + "\n").encode())
-        while view:
-            view = view[os.write(out_fd, view):]
-
-    os.set_inheritable(out_fd, False)
-    _CLOSE_IN_CHILDREN.append(out_fd)
-    run(plan, emit)
-
-
-def fork_with_pipe() -> tuple[int, int, int]:
-    """Fork a child that writes to a new pipe: (pid, read_fd, write_fd). In the child (pid 0) the
-    read end and every descriptor of ``_CLOSE_IN_CHILDREN`` are closed, and ``read_fd`` is -1."""
-    read_fd, write_fd = os.pipe()
-    pid = _fork()
-    if pid == 0:
-        os.close(read_fd)
-        for fd in _CLOSE_IN_CHILDREN:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        return 0, -1, write_fd
-    os.close(write_fd)
-    return pid, read_fd, -1
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -79,6 +79,7 @@ def describe(prot: dict[str, bool]) -> str:
 # What each sandboxed process may read of the repository: never grader/checks/ (the judge's cases),
 # solutions/ or grading/.
 PROBE_PATHS = ("utils", "data", "pyproject.toml", "grader/__init__.py", "grader/kernel.py", "grader/probe.py",
+               "grader/process.py",
                "grader/evidence.py", "grader/probes")
 
 

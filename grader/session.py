@@ -46,7 +46,7 @@ import signal
 import sys
 import time
 
-from . import probe
+from . import probe, process
 
 #: Imported once per session, before any notebook: what several notebooks' setup cells and graded code use
 #: (a library only one notebook needs, or only its demonstrations, costs the same imported where it is used).
@@ -59,6 +59,7 @@ PREIMPORT = ("numpy", "torch", "matplotlib", "matplotlib.pyplot", "seaborn", "pa
 GRACE = 5.0                      # seconds past a cell's limit before an ignored interrupt means a kill
 MAX_CELL_RECORD = 16 * 1024 ** 2  # one cell's outputs, as the full run sends them
 MAX_RELAY_RECORD = 30 * 1024 ** 2
+STOP_POLL = 1.0                  # seconds between the relay's looks for a stopped notebook process
 CELL_KINDS = ("cell", "full_run", "header", "case", "notebook_done")
 
 
@@ -148,7 +149,7 @@ def _limit(outputs: list, max_lines: int) -> list:
 
 
 def _send_any(fd: int, record: dict) -> None:
-    """probe._send for records of the full run, whose outputs may hold objects JSON does not know."""
+    """process.send_record for records of the full run, whose outputs may hold objects JSON does not know."""
     view = memoryview((json.dumps(record, default=str) + "\n").encode())
     while view:
         view = view[os.write(fd, view):]
@@ -175,11 +176,11 @@ def _full_run_child(order_fd: int, names: dict, write_fd: int, max_lines: int) -
     outputs with the order's nonce (a cell cannot write the record of a cell it has not been given)."""
     try:
         os.setpgid(0, 0)
-        probe.default_signals()
+        process.default_signals()
         # a cell's time limit: KeyboardInterrupt from SIGALRM, so a loop that ignores SIGINT is interrupted
         # too; the supervisor keeps its own clock (what it reports) and kills a cell that outlives both
         signal.signal(signal.SIGALRM, _interrupt)
-        probe._single_thread()
+        process.single_thread()
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         current: list = []
@@ -231,12 +232,12 @@ def run_full(cells: list[dict], names: dict, emit, *, cell_timeout: float, noteb
     (the "outputs" of the cells after it) is forged, never shown. In the light run the test cells are not
     given to the student's process at all: the judge's report is their only output."""
     order_read, order_write = os.pipe()
-    pid, read_fd, write_fd = probe.fork_with_pipe()
+    pid, read_fd, write_fd = process.fork_with_pipe()
     if pid == 0:
         os.close(order_write)
         _full_run_child(order_read, names, write_fd, max_lines)
     os.close(order_read)
-    lines = probe._Lines(read_fd, MAX_CELL_RECORD + (1 << 20))
+    lines = process.RecordReader(read_fd, MAX_CELL_RECORD + (1 << 20))
     started = time.monotonic()
     deadline = started + notebook_timeout
     status, stopped_at, interrupted = "ok", None, []
@@ -246,7 +247,7 @@ def run_full(cells: list[dict], names: dict, emit, *, cell_timeout: float, noteb
             continue
         nonce = secrets.token_hex(16)
         try:
-            probe._send(order_write, {"cell": cell, "nonce": nonce, "timeout": cell_timeout})
+            process.send_record(order_write, {"cell": cell, "nonce": nonce, "timeout": cell_timeout})
         except OSError:
             status, stopped_at = "died", cell["index"]
             break
@@ -278,7 +279,7 @@ def run_full(cells: list[dict], names: dict, emit, *, cell_timeout: float, noteb
             break
     os.close(order_write)
     os.close(read_fd)
-    probe._kill_loader(pid)
+    process.kill_process(pid)
     emit({"kind": "full_run", "status": status, "index": stopped_at, "interrupted": interrupted,
           "seconds": round(time.monotonic() - started, 3)})
 
@@ -301,7 +302,7 @@ def _stop_leftovers() -> None:
     this one, e.g. what the full run left running (busy children that would slow the judge's cases)."""
     if os.getppid() != 1 or not _IN_NAMESPACE:
         return
-    probe.kill_namespace()
+    process.kill_namespace()
 
 
 _IN_NAMESPACE = False   # set by run_session: the session is pid 1 of its own pid namespace (bubblewrap)
@@ -310,15 +311,15 @@ _IN_NAMESPACE = False   # set by run_session: the session is pid 1 of its own pi
 def _notebook(nb: dict, plan: dict, write_fd: int, folder: str) -> None:
     """The notebook process: the release's parameters and setup cells, the full run, then the judge.
     It runs no student code itself, ignores the signals student code could send it
-    (probe.TRUSTED_IGNORES), and works in a folder of its own: nothing a notebook before it wrote there."""
+    (process.TRUSTED_IGNORES), and works in a folder of its own: nothing a notebook before it wrote there."""
     try:
-        probe.ignore_signals()
-        probe._CLOSE_IN_CHILDREN[:] = [write_fd]   # the session's channel is closed; this pipe is closed below us
+        process.ignore_signals()
+        process.CLOSE_IN_CHILDREN[:] = [write_fd]   # the session's channel is closed; this pipe is closed below us
         try:
             os.chdir(folder)
         except OSError:
             pass
-        emit = lambda record: probe._send(write_fd, record)  # noqa: E731
+        emit = lambda record: process.send_record(write_fd, record)  # noqa: E731
         names = probe.fresh_names()
         judge = dict(nb["judge"], stem=nb["stem"])
         trusted = next(iter(judge["variants"].values()), [])
@@ -328,10 +329,10 @@ def _notebook(nb: dict, plan: dict, write_fd: int, folder: str) -> None:
         saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = out, err
         try:
-            setup_notes = probe._run_trusted(first, names)
+            setup_notes = probe.run_trusted(first, names)
         finally:
             sys.stdout, sys.stderr = saved
-        probe.ignore_signals()   # whatever handler the setup cell's libraries installed
+        process.ignore_signals()   # whatever handler the setup cell's libraries installed
         outputs = [{"output_type": "stream", "name": name, "text": "".join(c.parts)}
                    for name, c in (("stdout", out), ("stderr", err)) if "".join(c.parts)]
         outputs += [{"output_type": "stream", "name": "stderr", "text": note + "\n"} for note in setup_notes]
@@ -347,20 +348,43 @@ def _notebook(nb: dict, plan: dict, write_fd: int, folder: str) -> None:
                  notebook_timeout=float(plan.get("notebook_timeout", 180)),
                  max_lines=int(plan.get("max_output_lines", 1000)), light=plan.get("full_run") == "light")
         _stop_leftovers()
-        setup_notes += probe._run_trusted(given, names)
+        setup_notes += probe.run_trusted(given, names)
         probe.judge_variants(judge, names, setup_notes, emit)
         emit({"kind": "notebook_done"})
     finally:
         os._exit(0)
 
 
+def _stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (SIGSTOP, SIGTSTP: state T or t in /proc/<pid>/stat); False when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] in (b"T", b"t")
+
+
 def _relay(pid: int, read_fd: int, stem: str, deadline: float, emit) -> str:
     """Forward the notebook process's records (only the kinds it may send, each once in order of
-    sense) to the channel with ``stem`` added; returns "" or why the notebook's records stop short."""
-    lines = probe._Lines(read_fd, MAX_RELAY_RECORD)
-    started = time.monotonic()
+    sense) to the channel with ``stem`` added; returns "" or why the notebook's records stop short.
+
+    Code in the notebook can stop its own grading process (SIGSTOP cannot be ignored). Waiting for the
+    notebook's whole time would cost minutes: the relay looks every second and continues a stopped
+    process at once; ``notebook_done`` then says how often (``stopped``), for the TA."""
+    lines = process.RecordReader(read_fd, MAX_RELAY_RECORD)
+    started, stops = time.monotonic(), 0
     while True:
-        rec = lines.next(deadline)
+        rec = lines.next(min(deadline, time.monotonic() + STOP_POLL))
+        if rec == "timeout" and time.monotonic() < deadline:
+            if _stopped(pid):
+                stops += 1
+                for target in (pid, -pid):
+                    try:
+                        os.kill(target, signal.SIGCONT)
+                    except OSError:
+                        pass
+            continue
         if not isinstance(rec, dict):
             return {"eof": "its grading process ended early (os._exit in trusted code? the memory cap?)",
                     "timeout": "it ran past the time the grader allows a notebook",
@@ -369,7 +393,7 @@ def _relay(pid: int, read_fd: int, stem: str, deadline: float, emit) -> str:
         if kind not in CELL_KINDS:
             return f"its grading process sent a record it may not send ({str(kind)[:40]!r})"
         if kind == "notebook_done":
-            emit({**rec, "stem": stem, "seconds": round(time.monotonic() - started, 3)})
+            emit({**rec, "stem": stem, "seconds": round(time.monotonic() - started, 3), "stopped": stops})
             return ""
         emit({**rec, "stem": stem})
 
@@ -398,7 +422,7 @@ def run_session(plan: dict, emit) -> None:
             __import__(name)
         except Exception:  # noqa: BLE001 - an optional library (transformers on a minimal install)
             pass
-    probe.ignore_signals()   # the libraries' own handlers (a handler would let a signal reach pid 1)
+    process.ignore_signals()   # the libraries' own handlers (a handler would let a signal reach pid 1)
     threads = int(plan.get("threads") or 1)
     try:
         import torch
@@ -411,7 +435,7 @@ def run_session(plan: dict, emit) -> None:
                     + float(plan.get("setup_seconds", 120)))
     for i, nb in enumerate(plan["notebooks"]):
         folder = _fresh_folder(base, i, nb["stem"])
-        pid, read_fd, write_fd = probe.fork_with_pipe()
+        pid, read_fd, write_fd = process.fork_with_pipe()
         if pid == 0:
             _notebook(nb, plan, write_fd, folder)
         try:
@@ -419,14 +443,14 @@ def run_session(plan: dict, emit) -> None:
         except Exception as exc:  # noqa: BLE001 - this notebook's records stop here; the next one goes on
             problem = f"its records could not be relayed ({exc.__class__.__name__})"
         os.close(read_fd)
-        probe._kill_loader(pid)   # as pid 1 of the sandbox: everything the notebook left behind dies too
+        process.kill_process(pid)   # as pid 1 of the sandbox: everything the notebook left behind dies too
         if problem:
             emit({"kind": "notebook_void", "stem": nb["stem"], "problem": problem})
     emit({"kind": "done"})
 
 
 def main(argv: list[str] | None = None) -> None:
-    probe.serve(run_session, "grader.session", argv)
+    process.serve(run_session, "grader.session", argv)
 
 
 if __name__ == "__main__":

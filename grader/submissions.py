@@ -19,12 +19,13 @@ None of this decides points: the judge (grader/judge.py) does, from the answer c
 
 from __future__ import annotations
 
+import copy
 import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from utils.notebook_cells import cell_source, nbgrader_meta
+from utils.notebook_cells import cell_source, grade_id, nbgrader_meta
 
 from .bundle import without_pack_url
 
@@ -217,6 +218,49 @@ def prepare(path: Path, release_path: Path) -> Prepared:
         if "id" in cell and cell["id"] in ids:
             cell["id"] = f"{cell['id'][:50]}-{i}"
         ids.add(cell.get("id"))
+    return out
+
+
+def release_view(nb: dict, release: dict) -> dict:
+    """The release view of a submission, what grading runs and the feedback page shows (one function
+    for both): every locked cell (setup, given code, tests) with the release's source
+    and grading metadata, as nbgrader's OverwriteCells restores them; a deleted test cell comes back
+    after the cell that precedes it in the release. Outputs stay as submitted (the full run replaces
+    those of every cell it runs; feedback for a notebook that never ran clears them). A new dict."""
+    released = {}
+    order = []
+    for cell in release["cells"]:
+        gid = grade_id(cell)
+        if gid:
+            released[gid] = cell
+            order.append(gid)
+    out = copy.deepcopy(nb)
+    seen = set()
+    for cell in out["cells"]:
+        gid = grade_id(cell)
+        if gid in released:
+            seen.add(gid)
+            original = released[gid]
+            if not isinstance(cell.get("metadata"), dict):
+                cell["metadata"] = {}
+            cell["metadata"]["nbgrader"] = copy.deepcopy(nbgrader_meta(original))
+            if nbgrader_meta(original).get("locked"):
+                cell["source"] = original["source"]
+                cell["cell_type"] = original["cell_type"]
+        if cell.get("cell_type") == "code" and not isinstance(cell.get("outputs"), list):
+            cell["outputs"], cell["execution_count"] = [], None
+    for i, gid in enumerate(order):
+        original = released[gid]
+        flags = nbgrader_meta(original)
+        if gid in seen or not (flags.get("locked") and flags.get("grade")):
+            continue
+        where = {grade_id(c): j for j, c in enumerate(out["cells"]) if grade_id(c)}
+        after = next((where[prev] for prev in reversed(order[:i]) if prev in where), None)  # the nearest one
+        cell = copy.deepcopy(original)
+        if cell.get("cell_type") == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+        out["cells"].insert(len(out["cells"]) if after is None else after + 1, cell)
+        seen.add(gid)
     return out
 
 

@@ -197,7 +197,7 @@ def test_rubrics_never_reach_students():
 
 
 def test_autograde_puts_each_rubric_under_its_answer(tmp_path):
-    from grader.autograde import _insert_rubrics
+    from grader.autograde import insert_rubrics
 
     source = SOLUTIONS / "task1_infonce.ipynb"
     rubrics = tiers.rubric_cells(source)
@@ -205,7 +205,7 @@ def test_autograde_puts_each_rubric_under_its_answer(tmp_path):
     release["cells"].insert(0, _tag(md("**Rubric: `answer_a` (99 points)** a student's fake"), "rubric"))
     executed = tmp_path / "task1_infonce.ipynb"
     executed.write_text(json.dumps(release), encoding="utf-8")
-    _insert_rubrics(executed, source)
+    insert_rubrics(executed, source)
     cells = json.loads(executed.read_text(encoding="utf-8"))["cells"]
     assert not any("a student's fake" in "".join(c["source"]) for c in cells)
     for i, cell in enumerate(cells):

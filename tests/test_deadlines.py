@@ -96,6 +96,45 @@ def test_times_csv_wins_and_a_student_missing_from_it_is_named(tmp_path):
     assert any("not in times.csv" in p for p in results["bob"].problems)
 
 
+def test_moodles_grading_worksheet_gives_the_times(tmp_path):
+    """Moodle's "Download grading worksheet" (Identifier "Participant N", "Last modified (submission)" in
+    Moodle's words, the downloader's zone: read in the deadline's) as --times, matched to the
+    download's participant ids; a "-" (no submission) leaves the file time and names the student."""
+    from grader.collect import collect
+
+    course = _course(tmp_path)
+    inbox = tmp_path / "inbox"
+    _put(inbox / "Jane Roe_7654321_assignsubmission_file_" / f"{STEM}.ipynb", DUE + 7 * 86400)
+    _put(inbox / "Ana Lima_1111111_assignsubmission_file_" / f"{STEM}.ipynb", DUE)
+    worksheet = tmp_path / "Grades-Exercise 1.csv"
+    worksheet.write_text(
+        "Identifier,Full name,Email address,Status,Grade,Maximum Grade,Grade can be changed,"
+        "Last modified (submission),Last modified (grade),Feedback comments\n"
+        'Participant 7654321,Jane Roe,jane@uni.example,Submitted for grading,,11.00,Yes,'
+        '"Saturday, 21 November 2026, 1:30 AM",-,\n'
+        "Participant 1111111,Ana Lima,ana@uni.example,No submission,,11.00,Yes,-,-,\n", encoding="utf-8")
+    results = {r.student: r for r in collect(course, inbox, times=worksheet, deadline=DEADLINE)}
+    jane = course.read_json("collect", "Jane_Roe_7654321")
+    assert jane["submitted_at"] == "2026-11-21T00:30:00+00:00"   # 1:30 AM at +01:00: 91 minutes late
+    assert jane["time_source"].startswith("--times")
+    assert any("not in" in p for p in results["Ana_Lima_1111111"].problems)
+    rows = [{"student_id": "Jane_Roe_7654321", "score": 10.0, "reason": ""}]
+    from grader.deadlines import apply_to_rows
+
+    apply_to_rows(course, rows, DEADLINE, "per-hour:1")
+    assert rows[0]["minutes_late"] == 91 and rows[0]["late_penalty"] == 2.0
+
+
+def test_worksheet_times_need_a_zone(tmp_path):
+    from grader.deadlines import read_times
+
+    sheet = tmp_path / "w.csv"
+    sheet.write_text("Identifier,Last modified (submission)\nParticipant 5,\"Friday, 20 November 2026, 11:00 PM\"\n")
+    with pytest.raises(ValueError, match="time zone"):
+        read_times(sheet)
+    assert read_times(sheet, timezone.utc) == {"5": "2026-11-20T23:00:00+00:00"}
+
+
 def test_a_deadline_without_time_zone_is_refused(tmp_path):
     course = _course(tmp_path)
     (tmp_path / "inbox").mkdir()
@@ -143,3 +182,70 @@ def test_bad_penalty_is_refused():
 
     with pytest.raises(ValueError, match="per-hour:P"):
         parse_penalty("half")
+
+
+def _gradebook(course, scores: dict[str, list[float]]):
+    """A gradebook with the assignment, one code grade cell of 5 points per notebook, and a submission
+    per student in ``scores`` (student -> autograded score of each notebook, in the sheet's order)."""
+    from nbgrader.api import Gradebook
+
+    from grader import ASSIGNMENT
+    from grader.course import COURSE_ID
+
+    notebooks = course.notebook_names()
+    course.db_path.parent.mkdir(parents=True, exist_ok=True)
+    with Gradebook(course.db_url, COURSE_ID) as gb:
+        gb.add_assignment(ASSIGNMENT)
+        for nb in notebooks:
+            gb.add_notebook(nb, ASSIGNMENT)
+            gb.add_grade_cell("answer", nb, ASSIGNMENT, max_score=5, cell_type="code")
+        for student, points in scores.items():
+            gb.add_student(student)
+            gb.add_submission(ASSIGNMENT, student)
+            for nb, value in zip(notebooks, points):
+                gb.find_grade("answer", nb, ASSIGNMENT, student).auto_score = value
+        gb.db.commit()
+    return notebooks
+
+
+def test_formgrader_shows_the_same_times_deadline_and_penalties(tmp_path):
+    """export writes the due date, each submission's time and the late penalty into nbgrader's gradebook:
+    formgrader's Manage Submissions reads gb.submission_dicts (its "Submission Date" column), nbgrader's
+    own export reads late_submission_penalty. The totals equal grades.csv's."""
+    from nbgrader.api import Gradebook
+
+    from grader import ASSIGNMENT
+    from grader.course import COURSE_ID
+    from grader.deadlines import apply_to_rows, record_in_gradebook
+
+    course = _course(tmp_path)
+    shutil.copy(ROOT / "solutions" / "ex01" / "task2_pseudo_likelihood.ipynb", course.source)
+    assert course.notebook_names() == [STEM, "task2_pseudo_likelihood"]
+    _gradebook(course, {"alice": [1.0, 4.0], "bob": [2.0, 2.0], "carol": [3.0, 3.0]})
+    three_hours_late = datetime.fromtimestamp(DUE + 3 * 3600, timezone.utc).isoformat(timespec="seconds")
+    on_time = datetime.fromtimestamp(DUE - 600, timezone.utc).isoformat(timespec="seconds")
+    course.write_json("collect", "alice", {"submitted_at": three_hours_late})
+    course.write_json("collect", "bob", {"submitted_at": on_time})
+    course.write_json("collect", "carol", {})     # no time known
+    rows = [{"student_id": s, "score": total, "reason": ""} for s, total in (("alice", 5.0), ("bob", 4.0), ("carol", 6.0))]
+    apply_to_rows(course, rows, DEADLINE, "per-hour:1")
+    record_in_gradebook(course, rows, DEADLINE)
+    assert [r["late_penalty"] for r in rows] == [3.0, 0.0, 0.0]
+    with Gradebook(course.db_url, COURSE_ID) as gb:
+        assert gb.find_assignment(ASSIGNMENT).duedate == datetime(2026, 11, 20, 22, 59)   # UTC, as nbgrader keeps it
+        shown = {d["student"]: d for d in gb.submission_dicts(ASSIGNMENT)}
+        assert shown["alice"]["timestamp"] == datetime(2026, 11, 21, 1, 59)
+        assert shown["bob"]["timestamp"] == datetime(2026, 11, 20, 22, 49) and shown["carol"]["timestamp"] is None
+        alice = gb.find_submission(ASSIGNMENT, "alice")
+        assert alice.total_seconds_late == 3 * 3600 and alice.late_submission_penalty == pytest.approx(3.0)
+        # spread in the sheet's order, none above its notebook's score: 1 from Task 1, 2 from Task 2
+        assert [nb.late_submission_penalty for nb in sorted(alice.notebooks, key=lambda nb: nb.name)] == [1.0, 2.0]
+        assert gb.find_submission(ASSIGNMENT, "bob").late_submission_penalty == 0.0
+    # without a deadline the due date and the penalties are cleared, the times stay
+    rows = [{"student_id": "alice", "score": 5.0, "reason": ""}]
+    apply_to_rows(course, rows)
+    record_in_gradebook(course, rows)
+    with Gradebook(course.db_url, COURSE_ID) as gb:
+        assert gb.find_assignment(ASSIGNMENT).duedate is None
+        assert gb.find_submission(ASSIGNMENT, "alice").timestamp == datetime(2026, 11, 21, 1, 59)
+        assert gb.find_submission(ASSIGNMENT, "alice").late_submission_penalty == 0.0

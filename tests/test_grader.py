@@ -207,12 +207,12 @@ def _split_streams(nb: dict) -> dict:
 
 
 def _inspected(path):
-    from grader.autograde import NotebookResult, Settings, _inspect_outputs
+    from grader.autograde import NotebookResult, Settings, inspect_outputs
 
     result = NotebookResult("x", STEM)
     nb = json.loads(path.read_text())
     outputs = {i: cell.get("outputs", []) for i, cell in enumerate(nb["cells"])}
-    _inspect_outputs(nb, outputs, [], result, Settings(cell_timeout=CELL_TIMEOUT, mem_gb=MEM_GB))
+    inspect_outputs(nb, outputs, [], result, Settings(cell_timeout=CELL_TIMEOUT, mem_gb=MEM_GB))
     return result.status, result.reasons
 
 

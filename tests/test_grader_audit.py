@@ -821,19 +821,19 @@ def test_locked_cells_as_released_are_not_audited_but_edited_ones_are(tmp_path):
     import json
 
     from grader import ROOT
-    from grader.autograde import NotebookResult, _audit
+    from grader.autograde import NotebookResult, audit_submission
 
     release_path = ROOT / "notebooks" / "ex01" / "task1_infonce.ipynb"
     release = json.loads(release_path.read_text())
     fresh = NotebookResult("student", "task1_infonce")
-    _audit(copy.deepcopy(release), "task1_infonce", fresh, release_path)
+    audit_submission(copy.deepcopy(release), "task1_infonce", fresh, release_path)
     assert fresh.status == "graded" and not fresh.audit, fresh.reasons
 
     edited = copy.deepcopy(release)
     setup = next(c for c in edited["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "setup")
     setup["source"] = "".join(setup["source"]) + "\nimport ctypes\n"
     flagged = NotebookResult("student", "task1_infonce")
-    _audit(edited, "task1_infonce", flagged, release_path)
+    audit_submission(edited, "task1_infonce", flagged, release_path)
     assert flagged.status == "review" and any("ctypes" in a for a in flagged.audit), flagged.audit
 
 
@@ -902,22 +902,22 @@ def test_the_grader_runs_the_audit_in_a_child_process_with_the_same_findings():
 def test_an_audit_past_its_caps_marks_the_notebook_for_review():
     """Past the time or memory cap the child is stopped, the notebook is `review` with a reason that
     says the audit could not finish, and the grader goes on."""
-    from grader.autograde import NotebookResult, _audit
+    from grader.autograde import NotebookResult, audit_submission
 
     slow = _nb(*[_code("x = [" + "1, " * 150_000 + "]\n") for _ in range(6)])      # a few seconds of parsing
     result = NotebookResult("student", "task1_infonce")
     start = time.monotonic()
-    _audit(slow, "task1_infonce", result, timeout=0.5)
+    audit_submission(slow, "task1_infonce", result, timeout=0.5)
     assert time.monotonic() - start < 5
     assert result.status == "review" and "could not finish" in result.reasons[0], result.reasons
     assert "0.5 s" in result.reasons[0] and "by hand" in result.reasons[0]
 
     huge = _nb(_code("# " + "x" * 40_000_000))          # 40 MB of code: reading it needs more than 64 MiB
     result = NotebookResult("student", "task1_infonce")
-    _audit(huge, "task1_infonce", result, mem_bytes=64 * 1024 ** 2)
+    audit_submission(huge, "task1_infonce", result, mem_bytes=64 * 1024 ** 2)
     assert result.status == "review" and "could not finish" in result.reasons[0], result.reasons
     assert "64 MiB" in result.reasons[0]
 
     tampered = NotebookResult("student", "task1_infonce", status="tampered")
-    _audit(slow, "task1_infonce", tampered, timeout=0.5)
+    audit_submission(slow, "task1_infonce", tampered, timeout=0.5)
     assert tampered.status == "tampered" and "could not finish" in tampered.reasons[0]

@@ -279,14 +279,15 @@ def test_the_page_cleaners_never_recurse_and_stay_safe(text):
 def test_the_seed_is_in_nothing_the_sandbox_can_read(tmp_path):
     """The session's plan (its stdin), its command line and its environment hold the case seeds it needs
     and never the batch's seed; its working folder holds only the student's notebook."""
-    from grader.autograde import NotebookResult, Settings, _Job, restore_locked_cells, session_command, session_plan
+    from grader.autograde import NotebookResult, Settings, Job, session_command, session_plan
+    from grader.submissions import release_view
     from grader.course import scratch_course
     from grader.mutants import student_copy
 
     course, release, solution = scratch_course(tmp_path, SOLUTIONS / f"{STEM}.ipynb")
     nb = student_copy(release, solution)
     settings = Settings(seed=SEED_SHOWN, workers=2)
-    job = _Job(STEM, restore_locked_cells(nb, release), release, NotebookResult("alice", STEM))
+    job = Job(STEM, release_view(nb, release), release, NotebookResult("alice", STEM))
     plan = session_plan([job], settings, threads=1)
     work = tmp_path / "work"
     work.mkdir()
@@ -320,14 +321,14 @@ def test_a_notebook_the_cleaner_cannot_handle_is_not_copied_and_stops_nothing(tm
     merge(course, result)                 # no exception
     assert result.status == "review" and "could not be made safe" in result.reasons[-1]
     assert not (course.folder("autograded", "alice") / f"{STEM}.ipynb").exists()
-    assert autograde._worse("graded", "review") == "review"
+    assert autograde.worse_status("graded", "review") == "review"
 
 
 def test_submitted_demo_outputs_are_capped_and_inert():
-    from grader.autograde import SUBMITTED_OUTPUTS, _submitted_outputs
+    from grader.autograde import SUBMITTED_OUTPUTS, submitted_outputs
     from fixtures.hostile import DEMO_MASK_OUTPUTS
 
-    kept = _submitted_outputs(DEMO_MASK_OUTPUTS, ("918273645",))
+    kept = submitted_outputs(DEMO_MASK_OUTPUTS, ("918273645",))
     dump = json.dumps(kept)
     assert len(kept) <= SUBMITTED_OUTPUTS + 1 and len(dump) < 100_000
     assert "tracker.example" not in dump and "position" not in dump and "<div" not in dump
@@ -389,11 +390,11 @@ def test_checks_that_timed_out_on_an_overloaded_machine_are_graded_again(monkeyp
     fine = SimpleNamespace(verdict=SimpleNamespace(cases=[CaseResult("t", "c", "s", 1.0, True, "")]))
     cores = os.cpu_count() or 1
     monkeypatch.setattr(autograde.os, "getloadavg", lambda: (4.0 * cores, 0.0, 0.0))
-    assert autograde._overloaded([timed], {"cpu_cgroup": False}).startswith("load 4.0")
-    assert autograde._overloaded([timed], {"cpu_cgroup": True}) == ""
-    assert autograde._overloaded([fine], {"cpu_cgroup": False}) == ""
+    assert autograde.overloaded([timed], {"cpu_cgroup": False}).startswith("load 4.0")
+    assert autograde.overloaded([timed], {"cpu_cgroup": True}) == ""
+    assert autograde.overloaded([fine], {"cpu_cgroup": False}) == ""
     monkeypatch.setattr(autograde.os, "getloadavg", lambda: (0.5 * cores, 0.0, 0.0))
-    assert autograde._overloaded([timed], {"cpu_cgroup": False}) == ""
+    assert autograde.overloaded([timed], {"cpu_cgroup": False}) == ""
 
 
 def test_per_student_cgroups_cap_cpu_and_memory_where_the_machine_allows():

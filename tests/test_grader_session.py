@@ -39,8 +39,8 @@ def _grade(course, submissions: dict[str, dict], **settings) -> dict:
     from pathlib import Path
 
     from grader import judge as judging
-    from grader.autograde import Settings, _apply_verdict, grade_student  # noqa: F401
-    from grader.course import add_students, snapshot_db
+    from grader.autograde import Settings, apply_verdict, grade_student  # noqa: F401
+    from grader.course import add_students
 
     course_, release, solution = course
     add_students(course_, list(submissions))
@@ -48,14 +48,12 @@ def _grade(course, submissions: dict[str, dict], **settings) -> dict:
     out = {}
     with tempfile.TemporaryDirectory(prefix="las-session-test-") as tmp:
         tmp = Path(tmp)
-        snapshot = tmp / "gradebook.db"
-        snapshot_db(course_.db_path, snapshot)
         reference = judging.reference_records(STEM, release, solution, 7, tmp)
         for student, nb in submissions.items():
             folder = course_.folder("submitted", student)
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"{STEM}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
-            [result] = grade_student(course_, student, [STEM], options, snapshot, tmp, {STEM: reference})
+            [result] = grade_student(course_, student, [STEM], options, tmp, {STEM: reference})
             executed = json.loads(result.autograded.read_text()) if result.autograded else None
             out[student] = (result, executed)
     return out
@@ -153,3 +151,14 @@ def test_time_limits_and_a_dying_process(course):
     exits = results["exits"][0]
     assert exits.status == "kernel died" and "died in the full run" in exits.reasons[0], exits.reasons
     assert _points(exits) == 11.0, "the judge skips the statement that ended its loader and grades the functions"
+
+
+def test_a_notebook_that_stops_its_grading_process_is_continued(course):
+    """SIGSTOP cannot be ignored: a statement that stops the notebook's grading process (its parent, in
+    the full run and in the judge's loader alike) used to hold the session for the notebook's whole time
+    (about 420 s) and then void it. The session continues it at once, grades it and tells the TA."""
+    results = _grade(course, {"stopper": _submission(course, answer_prefix={
+        "cosine_scores": "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n"})})
+    stopper = results["stopper"][0]
+    assert any("stopped its own grading process" in r for r in stopper.reasons), stopper.reasons
+    assert stopper.status == "review" and _points(stopper) == 11.0, (stopper.status, stopper.reasons)

@@ -258,3 +258,39 @@ def test_the_release_is_generated_again_only_when_its_source_changes(tmp_path, m
     course.db_path.unlink()   # a lost gradebook: the assignment must be recorded again
     course_mod.sync_assignment(course)
     assert len(calls) == 3
+
+
+def test_a_deleted_test_cell_comes_back_in_its_place_when_graded_and_on_the_feedback_page(tmp_path):
+    """One release view (grader.submissions.release_view) serves grading and the page of a notebook that
+    never ran: a test cell the student deleted is back right after the nearest graded cell before it in
+    the release, locked cells as released, on both paths."""
+    from grader.course import Course
+    from grader.feedback import not_run_notebook
+    from grader.submissions import release_view
+    from utils.notebook_cells import grade_id, nbgrader_meta
+
+    stem = "task1_infonce"
+    release = json.loads((RELEASE / f"{stem}.ipynb").read_text())
+    gids = [grade_id(c) for c in release["cells"] if grade_id(c)]
+    tests = [g for g in gids if nbgrader_meta(next(c for c in release["cells"] if grade_id(c) == g)).get("locked")
+             and nbgrader_meta(next(c for c in release["cells"] if grade_id(c) == g)).get("grade")]
+    deleted = tests[len(tests) // 2]          # a test cell in the middle of the notebook
+    before = gids[gids.index(deleted) - 1]
+    submitted = copy.deepcopy(release)
+    submitted["cells"] = [c for c in submitted["cells"] if grade_id(c) != deleted]
+    edited = next(c for c in submitted["cells"] if grade_id(c) == tests[0])
+    edited["source"] = "assert True  # the student's edit of a locked test"
+
+    course = Course(grading=tmp_path / "grading", source=SOLUTIONS)
+    course.release.mkdir(parents=True)
+    (course.release / f"{stem}.ipynb").write_text(json.dumps(release))
+    course.folder("submitted", "alice").mkdir(parents=True)
+    (course.folder("submitted", "alice") / f"{stem}.ipynb").write_text(json.dumps(submitted))
+    page = not_run_notebook(course, "alice", stem, {"status": "kernel died", "reports": {}})
+    for nb in (release_view(submitted, release), page):
+        order = [grade_id(c) for c in nb["cells"] if grade_id(c)]
+        assert order == gids, "graded cells out of the release's order"
+        assert order.index(deleted) == order.index(before) + 1
+        restored = next(c for c in nb["cells"] if grade_id(c) == tests[0])
+        assert "".join(restored["source"]) == "".join(next(c for c in release["cells"] if grade_id(c) == tests[0])["source"])
+    assert page["cells"][0]["cell_type"] == "markdown" and "could not be run" in "".join(page["cells"][0]["source"])

@@ -64,7 +64,7 @@ def test_a_stamped_or_student_set_pack_url_is_no_setup_tampering(tmp_path):
 
     from conftest import SOLUTIONS
     from utils.hosted_install import SETUP_BOOTSTRAP
-    from grader.autograde import _instructor_cells_as_released
+    from grader.autograde import instructor_cells_as_released
     from grader.bundle import PACK_URL_LINE, stamp_pack_url, without_pack_url
     from grader.mutants import student_copy
     from grader.submissions import prepare
@@ -88,13 +88,13 @@ def test_a_stamped_or_student_set_pack_url_is_no_setup_tampering(tmp_path):
         path = tmp_path / "stamped.ipynb"
         path.write_text(json.dumps(nb))
         assert prepare(path, release_path).tampered == [], url
-        assert "setup" in _instructor_cells_as_released(copy.deepcopy(nb), release_path), url
+        assert "setup" in instructor_cells_as_released(copy.deepcopy(nb), release_path), url
 
     nb = submitted(lambda source: source + "\nimport ctypes\n")
     path = tmp_path / "edited.ipynb"
     path.write_text(json.dumps(nb))
     assert "edited locked cell setup (restored)" in prepare(path, release_path).tampered
-    assert "setup" not in _instructor_cells_as_released(nb, release_path)
+    assert "setup" not in instructor_cells_as_released(nb, release_path)
 
 
 def test_empty_pack_url_says_what_the_student_and_the_lecturer_do(tmp_path):

@@ -274,3 +274,36 @@ def test_the_case_tables_import_an_api_not_the_engine():
             if any(n in ("grader.judge", "grader.probe", "grader.session", "grader.autograde") for n in names):
                 offenders.append(f"{path.name}: {names}")
     assert not offenders, offenders
+
+
+# --------------------------------------------------------------------------- tests use the public API
+def private_uses(source: str, module: str = "grader.autograde") -> list[str]:
+    """Private names of ``module`` a test reaches: ``from module import _x`` and ``alias._x`` where
+    ``alias`` is the module imported (``from grader import autograde``, ``import grader.autograde as a``)."""
+    package, _, leaf = module.rpartition(".")
+    found, aliases = [], set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module == module:
+            found += [a.name for a in node.names if a.name.startswith("_")]
+        elif isinstance(node, ast.ImportFrom) and node.module == package:
+            aliases |= {a.asname or a.name for a in node.names if a.name == leaf}
+        elif isinstance(node, ast.Import):
+            aliases |= {a.asname for a in node.names if a.name == module and a.asname}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases \
+                and node.attr.startswith("_") and not node.attr.startswith("__"):
+            found.append(node.attr)
+    return found
+
+
+def test_no_test_reaches_into_the_batchs_private_names():
+    """The tests hold grader.autograde to its public functions, so its insides can be rearranged."""
+    offenders = {p.name: private_uses(p.read_text(encoding="utf-8")) for p in sorted((ROOT / "tests").rglob("*.py"))}
+    assert not {name: uses for name, uses in offenders.items() if uses}
+
+
+@pytest.mark.parametrize("code", ["from grader.autograde import _worse\n",
+                                  "from grader import autograde\nautograde._overloaded([], {})\n",
+                                  "import grader.autograde as ag\nag._Job\n"])
+def test_the_private_name_scan_catches_a_planted_use(code):
+    assert private_uses(code)

@@ -10,15 +10,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_smoke_demo_writes_every_field(tmp_path):
+@pytest.mark.parametrize("executor", ["papermill", "inprocess"])
+def test_smoke_demo_writes_every_field(tmp_path, executor):
     out = tmp_path / "demo.json"
     env = {**os.environ, "LAS_BUILD_DIR": str(tmp_path / "build"), "LAS_DEVICE": "cpu"}
     env.pop("CIFAR10_DIR", None)
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "taskA_demo.py"), "--preset", "smoke",
-                           "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+                           "--executor", executor, "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(out.read_text())
     for key in ("benchmark", "preset", "date", "torch", "python", "device", "gpu", "cpu_count", "threads",
@@ -40,3 +43,41 @@ def test_smoke_demo_writes_every_field(tmp_path):
         assert all(0 <= v <= 1 for v in report[table].values())
     assert report["time_to_85"] is None or report["time_to_85"] == simclr["train_seconds"]
     assert Path(report["notebook"]).is_file()
+
+
+def _demo_module():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import taskA_demo
+
+    return taskA_demo
+
+
+def _notebook(*sources, tags=None):
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": "# Title"}]
+    for index, source in enumerate(sources):
+        meta = {"tags": tags} if tags and index == 0 else {}
+        cells.append({"cell_type": "code", "metadata": meta, "source": source, "outputs": [], "execution_count": None})
+    return {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def test_in_process_executor_times_cells_keeps_output_and_injects_the_preset(tmp_path):
+    demo = _demo_module()
+    src, dst = tmp_path / "nb.ipynb", tmp_path / "out" / "nb.ipynb"
+    src.write_text(json.dumps(_notebook('PRESET = "auto"', "%matplotlib inline\nprint('preset', PRESET)",
+                                        "import time\ntime.sleep(0.2)", tags=["parameters"])))
+    demo.execute_in_process(src, dst, "smoke")
+    cells = [c for c in json.loads(dst.read_text())["cells"] if c["cell_type"] == "code"]
+    assert "preset smoke" in cells[1]["outputs"][0]["text"]
+    assert cells[2]["metadata"]["papermill"]["duration"] >= 0.2
+    assert all(c["metadata"]["papermill"]["duration"] >= 0 for c in cells)
+
+
+def test_in_process_executor_writes_the_cells_so_far_when_one_fails(tmp_path):
+    demo = _demo_module()
+    src, dst = tmp_path / "nb.ipynb", tmp_path / "nb-run.ipynb"
+    src.write_text(json.dumps(_notebook("x = 1", "raise RuntimeError('cell two broke')", "y = 2")))
+    with pytest.raises(RuntimeError, match="cell two broke"):
+        demo.execute_in_process(src, dst, "smoke")
+    cells = [c for c in json.loads(dst.read_text())["cells"] if c["cell_type"] == "code"]
+    assert cells[1]["outputs"][-1]["ename"] == "RuntimeError" and "papermill" in cells[1]["metadata"]
+    assert "papermill" not in cells[2]["metadata"]

@@ -193,6 +193,18 @@ def test_benchmark_functions_run(ns):
                                     encoder_name="tiny_cnn", epochs=2, batch_size=32, autocast_dtype=None,
                                     channels_last=False, probe_every=1, probe_epochs=2, target=0.0)
     assert result["epochs_to_target"] == 1 and len(result["curve"]) == 2
+    steps = bench.bench_kornia_ops(vision.to_float_images(images), repeats=1)
+    rates = {k: v for k, v in steps.items() if k.endswith("_views_per_s")}
+    assert len(rates) == 6 and all(v > 0 for v in rates.values()), steps
+
+
+def test_the_given_batched_crop_resamples_the_whole_batch():
+    """kornia's default cropping_mode "slice" crops image by image in Python: 25,000 views/s on one H100
+    against 2,000,000 for "resample" (README, "Measured"). The given pipeline must use the batched one."""
+    import kornia.augmentation as K
+
+    crops = [m for m in vision.kornia_pipeline(32) if isinstance(m, K.RandomResizedCrop)]
+    assert len(crops) == 1 and crops[0].flags["cropping_mode"] == "resample"
 
 
 # ---------------------------------------------------------------- a read-only cache (grading)

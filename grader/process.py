@@ -1,0 +1,274 @@
+"""The grading processes' plumbing, shared by the probe harness (grader/probe.py) and the session
+(grader/session.py): one place for how trusted processes protect themselves, fork children that run
+student code, exchange records and clean up.
+
+Records are JSON objects, one per line (``send_record`` writes, ``RecordReader`` reads). Their
+vocabularies, by channel:
+
+* the **evidence channel** (a harness's or session's stdout, written by ``serve``'s ``emit``): numbered
+  records (``seq`` 0, 1, 2, ...) that the grader outside the sandbox reads; the probe harness's kinds are
+  ``header``, ``case``, ``done`` (grader/probe.py), the session's add ``ready``, ``cell``, ``full_run``,
+  ``notebook_done`` (with ``stopped``), ``notebook_void`` (grader/session.py);
+* a **loader's pipe** to its harness: ``k`` = ``stmt``, ``loaded``, ``case_start``, ``case``, ``end``;
+* a **case child's pipe** to its loader: one encoded value (``read_child`` collects it);
+* the **full run's pipes**: orders ``{"cell", "nonce", "timeout"}`` in, ``k`` = ``cell`` records out.
+
+No process that runs student code holds the evidence channel (``CLOSE_IN_CHILDREN``, closed by
+``close_inherited`` in every child). The functions below capture ``os.write`` and friends when this
+module is imported, before any student code runs, so a notebook that replaces them changes nothing here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+_dumps = json.dumps
+_write, _read, _fork, _close = os.write, os.read, os.fork, os.close
+CLOSE_IN_CHILDREN: list[int] = []   # the evidence channel: no process that runs student code holds it
+
+
+def close_inherited() -> None:
+    """In a forked child: close every descriptor of ``CLOSE_IN_CHILDREN``."""
+    for fd in CLOSE_IN_CHILDREN:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def kill_namespace() -> None:
+    """SIGKILL every process this one may signal, then reap the children: only for pid 1 of a sandbox's
+    own pid namespace, where that means everything the student's code left behind."""
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def protect_parent() -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE 0: no /proc/<pid>/mem, no ptrace from children
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG: die with the grader
+    except Exception:  # noqa: BLE001 - best effort (non-Linux)
+        pass
+
+
+#: Signals no process inside the sandbox may use to stop a trusted grading process (the harness or
+#: session, pid 1 of the sandbox, and each notebook process): ignored there. Inside a pid namespace the
+#: kernel already drops a signal to pid 1 whose action is the default; Python installs a handler for
+#: SIGINT, so without this one ``os.kill(1, signal.SIGINT)`` from a notebook stopped every grading.
+#: SIGKILL and SIGSTOP cannot be ignored: pid 1 is immune to them from inside, and a notebook process
+#: stopped or killed costs that notebook only. Every process that runs student code gets the defaults back.
+TRUSTED_IGNORES = tuple(getattr(signal, name) for name in (
+    "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPROF",
+    "SIGXCPU", "SIGXFSZ", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGPIPE", "SIGTRAP", "SIGPWR") if hasattr(signal, name))
+
+
+def ignore_signals() -> None:
+    """In a trusted process: no signal from inside the sandbox stops it (see TRUSTED_IGNORES), and any
+    other signal a library gave a Python handler is back to its default (which pid 1 is immune to)."""
+    for sig in TRUSTED_IGNORES:
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (OSError, ValueError):
+            pass
+    for sig in signal.valid_signals():
+        if sig in TRUSTED_IGNORES or sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
+            continue
+        try:
+            if callable(signal.getsignal(sig)):
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError, TypeError):
+            pass
+
+
+def default_signals() -> None:
+    """In a forked process that runs student code: the signal actions a fresh Python has (Ctrl-C
+    raises KeyboardInterrupt; SIGTERM ends it; SIGPIPE stays ignored, as Python sets it)."""
+    for sig in TRUSTED_IGNORES:
+        try:
+            if sig == signal.SIGINT:
+                signal.signal(sig, signal.default_int_handler)
+            elif sig != getattr(signal, "SIGPIPE", None):
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+
+
+def private_sys_path() -> None:
+    """No working folder on ``sys.path``: a notebook that writes ``sqlite3.py`` (or ``json.py``) into its
+    folder must not replace the standard library for the grader or for the notebooks after it."""
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    here = os.getcwd()
+    sys.path[:] = [p for p in sys.path if p not in ("", ".") and (p != here or p == root)]
+
+
+def send_record(fd: int, record: dict) -> None:
+    view = memoryview((_dumps(record, allow_nan=True) + "\n").encode())
+    while view:
+        n = _write(fd, view[:1 << 16])
+        view = view[n:]
+
+
+def single_thread() -> None:
+    """In a forked process: one intra-op thread. An OpenMP pool the parent started (a student's
+    top-level torch code with several threads) does not survive fork(); using it would hang."""
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def read_child(pid: int, read_fd: int, timeout: float, limit: int) -> tuple[str, bytes]:
+    """Collect one child's output; kill it (and its group) past ``timeout``. Returns (status, bytes).
+    Reading stops when the child has exited and the pipe is drained, even if grandchildren it left
+    behind still hold the pipe open."""
+    deadline = time.monotonic() + timeout
+    chunks, size, status, exited = [], 0, "ok", False
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            status = "timeout"
+            break
+        ready, _, _ = select.select([read_fd], [], [], 0.0 if exited else min(left, 0.2))
+        if ready:
+            chunk = _read(read_fd, 1 << 16)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > limit:
+                status = "bad-evidence"
+                break
+            chunks.append(chunk)
+            continue
+        if exited:
+            break
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        exited = done == pid
+    _close(read_fd)
+    for target in (-pid, pid):  # the case's process group: whatever it started dies with it
+        try:
+            os.kill(target, signal.SIGKILL)
+        except OSError:
+            pass
+    if not exited:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    if status == "ok" and not chunks:
+        status = "died"
+    return status, b"".join(chunks)
+
+
+class RecordReader:
+    """Newline-delimited records from a pipe, each at most ``limit`` bytes, with a deadline per read."""
+
+    def __init__(self, fd: int, limit: int):
+        self.fd, self.limit, self.buf, self.eof = fd, limit, b"", False
+
+    def next(self, deadline: float):
+        """The next record (dict), "timeout", "eof", or "bad" (too long or not a JSON object)."""
+        while b"\n" not in self.buf:
+            if len(self.buf) > self.limit:
+                return "bad"
+            if self.eof:
+                return "eof"
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout"
+            ready, _, _ = select.select([self.fd], [], [], min(left, 0.5))
+            if ready:
+                chunk = os.read(self.fd, 1 << 20)
+                if not chunk:
+                    self.eof = True
+                self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        try:
+            rec = json.loads(line)
+        except (ValueError, RecursionError):
+            return "bad"
+        return rec if isinstance(rec, dict) else "bad"
+
+
+def kill_process(pid: int) -> None:
+    for target in (-pid, pid):
+        try:
+            os.kill(target, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+    if os.getpid() == 1:   # pid 1 of the sandbox: nothing the loader started outlives it
+        kill_namespace()
+
+
+def serve(run, name: str, argv: list[str] | None = None) -> None:
+    """The entry point of a sandboxed grading process (this harness, grader/session.py): protect it,
+    apply the limits, read the plan (a file, or ``-``: stdin) and call ``run(plan, emit)``, where ``emit``
+    writes numbered records to the evidence channel, which every child closes."""
+    argv = sys.argv[1:] if argv is None else argv
+    protect_parent()
+    ignore_signals()
+    private_sys_path()
+    out_fd = os.dup(1)   # the evidence channel; every child closes it
+    os.dup2(2, 1)        # anything printed (by setup code) goes to stderr
+    try:
+        from .kernel import apply_limits
+
+        apply_limits()
+    except Exception as exc:  # noqa: BLE001
+        print(f"{name}: could not apply limits: {exc}", file=sys.stderr)
+    if argv and argv[0] != "-":
+        with open(argv[0], encoding="utf-8") as f:
+            plan = json.load(f)
+    else:   # the plan comes on stdin: nothing of it stays on disk where the notebook's code could read it
+        plan = json.loads(sys.stdin.buffer.read())
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+
+    counter = iter(range(1 << 62))
+
+    def emit(record: dict) -> None:
+        # Every record carries its place in the stream: the judge accepts only 0, 1, 2, ... in order,
+        # each once, ending with one "done" and a clean exit, so a record forged into the channel
+        # (or a harness killed half-way) voids the run instead of scoring.
+        record["seq"] = next(counter)
+        view = memoryview((json.dumps(record, allow_nan=True) + "\n").encode())
+        while view:
+            view = view[os.write(out_fd, view):]
+
+    os.set_inheritable(out_fd, False)
+    CLOSE_IN_CHILDREN.append(out_fd)
+    run(plan, emit)
+
+
+def fork_with_pipe() -> tuple[int, int, int]:
+    """Fork a child that writes to a new pipe: (pid, read_fd, write_fd). In the child (pid 0) the
+    read end and every descriptor of ``CLOSE_IN_CHILDREN`` are closed, and ``read_fd`` is -1."""
+    read_fd, write_fd = os.pipe()
+    pid = _fork()
+    if pid == 0:
+        os.close(read_fd)
+        close_inherited()
+        return 0, -1, write_fd
+    os.close(write_fd)
+    return pid, read_fd, -1
