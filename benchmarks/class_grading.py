@@ -1,4 +1,4 @@
-"""Grading a class (issue #22): worker-seconds per student, this grader against the one before, same run.
+"""Grading a class: worker-seconds per student, this grader against the one before, same run.
 
 Builds a class of N students, each submitting the five solution notebooks as a student would (the
 release with the solution's answers, grader.mutants.student_copy), and autogrades it with
@@ -119,7 +119,7 @@ def main() -> None:
     parser.add_argument("--full-run", default="default", choices=["default", "light", "full"],
                         help="this grader's full-run mode (default: its default, light)")
     parser.add_argument("--against", default="b780e18",
-                        help="the commit whose grader is timed too ('none' to skip; default: the last before #22)")
+                        help="the commit whose grader is timed too ('none' to skip; default: the last commit with one kernel per notebook)")
     args = parser.parse_args()
 
     out = build_dir() / "bench" / "class_grading.json"
@@ -128,7 +128,7 @@ def main() -> None:
               "students": args.students, "workers": args.workers, "runs": []}
     graders = [(f"this checkout ({args.full_run} full run)", None)]
     if args.against != "none":
-        graders.append((f"before #22 ({args.against})", args.against))
+        graders.append((f"one kernel per notebook ({args.against})", args.against))
     print(f"grading {args.students} students x 5 notebooks with {args.workers} workers, "
           f"{len(graders)} grader(s); the old one takes about 110 worker-seconds per student", flush=True)
     with tempfile.TemporaryDirectory(prefix="las-class-bench-") as tmp:

@@ -1,4 +1,4 @@
-"""The grader's evidence (issues #7 and #12), from one run:
+"""The grader's evidence, from one run:
 
 1. ``fixtures``: every hostile and honest submission of tests/fixtures/hostile.py through ``python -m grader``
    collect -> autograde (2 workers) -> export, each outcome against its expected one (no unearned point, no

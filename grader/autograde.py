@@ -13,7 +13,7 @@ Every student is one job (:func:`grade_student`): each submitted notebook is rea
   this process and writes the points of every autograded test cell.
 
 The session imports the libraries once per student and runs each setup cell once for both steps: what
-used to cost two interpreters, two imports and two setup cells per notebook (issue #22).
+used to cost two interpreters, two imports and two setup cells per notebook when each notebook had a kernel of its own.
 
 Jobs run ``workers`` at a time; their scores are merged into the real gradebook one by one in this
 process, so workers never fight over the sqlite file and no student's code ever sees it.
@@ -47,6 +47,7 @@ from .course import COURSE_ID, Course, add_students, sync_assignment
 from . import judge as judging
 from .sandbox import (cgroup_protections, describe, join_cgroup, nproc_limit, protections, remove_cgroup,
                       student_cgroups)
+from .process import Limits
 from .submissions import Unreadable, prepare, release_view
 from utils.notebook_cells import cell_role, cell_source, grade_id, nbgrader_meta
 
@@ -115,12 +116,10 @@ def _worst(statuses) -> str:
 
 
 # ----------------------------------------------------------------------------- one job
-def _limits(settings: Settings) -> dict:
-    """The session's setrlimit caps (grader/kernel.py apply_limits), per process."""
-    limits = {"mem_bytes": int(settings.mem_gb * 1024 ** 3), "fsize_bytes": 2 * 1024 ** 3}
-    if os.getuid() != 0:  # root ignores RLIMIT_NPROC: the pids cgroup caps it (sandbox.pids_cgroup)
-        limits["nproc"] = nproc_limit()
-    return limits
+def session_limits(settings: Settings) -> Limits:
+    """The setrlimit caps of a student's session, per process (grader/process.py ``Limits``)."""
+    return Limits(mem_bytes=int(settings.mem_gb * 1024 ** 3), fsize_bytes=2 * 1024 ** 3,
+                  nproc=None if os.getuid() == 0 else nproc_limit())   # root: the pids cgroup caps it
 
 
 def grade_notebook(course: Course, student: str, notebook: str, settings: Settings, workroot: Path,
@@ -266,7 +265,7 @@ def session_command(settings: Settings, work: Path, threads: int) -> tuple[list[
     from .sandbox import session_prefix
 
     env = judging._harness_env(threads)
-    env["LAS_KERNEL_LIMITS"] = json.dumps(_limits(settings))
+    env.update(session_limits(settings).to_env())
     prefix = session_prefix(settings.mode(), work, env, overlay=protections()["overlay"])
     outer_env = dict(env) if not prefix or prefix[0] != "bwrap" else {"PATH": os.environ.get("PATH", "")}
     return [*prefix, sys.executable, "-m", "grader.session", "-"], outer_env

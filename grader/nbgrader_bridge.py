@@ -1,4 +1,4 @@
-"""nbgrader's own entry points, wired to the pack's grader (issue #21).
+"""nbgrader's own entry points, wired to the pack's grader.
 
 TAs who work in formgrader (its *Generate* and *Autograde* buttons) or run ``nbgrader
 generate_assignment`` / ``nbgrader autograde`` with the pack's ``grader/nbgrader_config.py`` get the

@@ -26,6 +26,7 @@ import select
 import signal
 import sys
 import time
+from dataclasses import asdict, dataclass
 
 _dumps = json.dumps
 _write, _read, _fork, _close = os.write, os.read, os.fork, os.close
@@ -39,6 +40,47 @@ def close_inherited() -> None:
             os.close(fd)
         except OSError:
             pass
+
+
+LIMITS_ENV = "LAS_SANDBOX_LIMITS"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Every ``setrlimit`` cap of a sandboxed grading process (the probe harness, a student's session),
+    built once outside the sandbox (grader/autograde.py ``session_limits``), carried in one environment
+    variable and applied by :func:`serve` before any student code runs; every forked process inherits them.
+    None leaves a limit as it is."""
+
+    mem_bytes: int | None = None      # RLIMIT_DATA (heap and private mappings), RLIMIT_AS 8 GiB above it
+    fsize_bytes: int | None = None    # RLIMIT_FSIZE: the largest file a process may write
+    nproc: int | None = None          # RLIMIT_NPROC (root ignores it: the pids cgroup caps it there)
+
+    def to_env(self) -> dict[str, str]:
+        return {LIMITS_ENV: json.dumps(asdict(self))}
+
+    @classmethod
+    def from_env(cls, env=None) -> "Limits":
+        data = json.loads((os.environ if env is None else env).get(LIMITS_ENV) or "{}")
+        return cls(**{key: data.get(key) for key in ("mem_bytes", "fsize_bytes", "nproc")})
+
+    def apply(self) -> None:
+        import resource
+
+        if self.mem_bytes:
+            # RLIMIT_DATA counts heap and private anonymous mappings (every tensor and array) but not the
+            # shared libraries torch maps, so it caps real memory without breaking imports; the address
+            # space is a backstop, with room for the libraries' mappings.
+            resource.setrlimit(resource.RLIMIT_DATA, (self.mem_bytes, self.mem_bytes))
+            address = self.mem_bytes + 8 * 1024 ** 3
+            resource.setrlimit(resource.RLIMIT_AS, (address, address))
+        if self.fsize_bytes:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (self.fsize_bytes, self.fsize_bytes))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if self.nproc:
+            # RLIMIT_NPROC counts every task of the real user id on the machine: the cap is what this user
+            # already runs plus a margin (threads count too: torch's pools need a few dozen).
+            resource.setrlimit(resource.RLIMIT_NPROC, (self.nproc, self.nproc))
 
 
 def kill_namespace() -> None:
@@ -233,9 +275,7 @@ def serve(run, name: str, argv: list[str] | None = None) -> None:
     out_fd = os.dup(1)   # the evidence channel; every child closes it
     os.dup2(2, 1)        # anything printed (by setup code) goes to stderr
     try:
-        from .kernel import apply_limits
-
-        apply_limits()
+        Limits.from_env().apply()
     except Exception as exc:  # noqa: BLE001
         print(f"{name}: could not apply limits: {exc}", file=sys.stderr)
     if argv and argv[0] != "-":

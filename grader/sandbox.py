@@ -8,7 +8,7 @@ Mechanisms, best first (``protections()`` says which ones this machine has):
 * ``unshare --user --net``: no network, but the session sees the grader's filesystem;
 * nothing: the session runs as a plain process;
 
-and always ``setrlimit`` caps (memory, file size) applied by grader/kernel.py inside the sandbox, and a
+and always ``setrlimit`` caps (memory, file size) applied inside the sandbox (grader/process.py ``Limits``), and a
 pids cgroup per student where the machine has one. :func:`session_prefix` wraps one student's session
 (grader/session.py); :func:`probe_prefix` wraps the judge's harness alone (grader/probe.py: the
 solution's reference values, the mutant sweeps).
@@ -78,8 +78,7 @@ def describe(prot: dict[str, bool]) -> str:
 
 # What each sandboxed process may read of the repository: never grader/checks/ (the judge's cases),
 # solutions/ or grading/.
-PROBE_PATHS = ("utils", "data", "pyproject.toml", "grader/__init__.py", "grader/kernel.py", "grader/probe.py",
-               "grader/process.py",
+PROBE_PATHS = ("utils", "data", "pyproject.toml", "grader/__init__.py", "grader/probe.py", "grader/process.py",
                "grader/evidence.py", "grader/probes")
 
 

@@ -1,4 +1,4 @@
-"""Merging graded shards into one grading folder (``python -m grader merge-shards``, issue #22).
+"""Merging graded shards into one grading folder (``python -m grader merge-shards``).
 
 Each shard (grader/batch.py ``prepare_shard``: one task of a Slurm job array or a Kubernetes Indexed
 Job) grades its students into a folder of its own; :func:`merge_shards` checks that the shards agree

@@ -13,7 +13,7 @@ Three rules, read off the notebooks' text (no kernel, no execution):
   list cannot go stale. Workload estimates ("Core: about 2 h") are checked against README.md's notebook table
   instead; percentages that are shares of tokens or masks (BERT's 15 %, 80/10/10) are not measurements.
 
-Each rule has a test that shows it can fail, on sentences the notebooks held before issue #26.
+Each rule has a test that shows it can fail, on sentences the notebooks once held.
 """
 
 from __future__ import annotations
@@ -260,7 +260,7 @@ def test_every_listed_figure_is_still_quoted():
 
 # ------------------------------------------------------------------------------ the rules can fail
 def test_the_erratum_rule_can_fail():
-    """Sentences the notebooks held before issue #26: a box blaming the sheet for Task B's text, a box without a
+    """Sentences the notebooks once held: a box blaming the sheet for Task B's text, a box without a
     source; and boxes that pass."""
     taskB_before = ("> **Erratum.** The sheet said the fit uses L-BFGS; `fit_chinchilla` minimises with BFGS (scipy's "
                     "`method=\"BFGS\"`,\n> with the analytic gradient).")

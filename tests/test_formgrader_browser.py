@@ -1,4 +1,4 @@
-"""formgrader, clicked in a real browser as a TA would (issue #21).
+"""formgrader, clicked in a real browser as a TA would.
 
 JupyterLab runs from grader/ with the pack's nbgrader_config.py, exactly as a TA starts it; headless
 Chromium, driven by Playwright, opens Nbgrader > Formgrader, presses *Generate* for ex01, then the

@@ -273,7 +273,7 @@ def test_feedback_lists_the_cases_of_a_partly_wrong_answer(batch):
     assert failed and all(c["cell"] == "test_cosine_scores" for c in cases if not c["passed"])
 
 
-# ----------------------------------------------------------------------------- issue #20: what the student ran
+# ----------------------------------------------------------------------------- what the student ran
 def test_everyday_styles_are_graded_as_the_student_ran_them(batch):
     """Loss modules, partial, lambdas, device, seeds and a helper in a later cell: full marks, and
     nothing reported as not run (tests/fixtures/ran_as_run.py)."""

@@ -141,7 +141,7 @@ HOSTILE = [
     ("import os\nif os.environ.get('NBGRADER_EXECUTION'):\n    pass", "grader reference", 2),
     ("path = 'gra' + 'der'", "grader reference", 1),
     ("path = 'redarg'[::-1]", "grader reference", 1),
-    ("import os\nlimits = os.environ['LAS_KERNEL_LIMITS']", "grader reference", 2),
+    ("import os\nlimits = os.environ['LAS_SANDBOX_LIMITS']", "grader reference", 2),
     ("def f(mod=importlib.import_module('grader.checks')):\n    pass", "grader reference", 1),
     ("class A:\n    src = f'{root}/nbgrader_config.py'", "grader reference", 2),
     # ---- escape hatches ----------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 mark: loss modules and layers at the top of a cell, partial, lambdas, device selection, seeds, helpers
 in a later cell, loop-built tables, definitions inside if/else, cached constants), graded through the
 real command line (collect, autograde with two workers, export, feedback) on the whole assignment:
-every one keeps full marks (issue #20)."""
+every one keeps full marks."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def _students() -> dict[str, dict[str, dict]]:
 @pytest.mark.slow
 def test_everyday_styles_keep_full_marks_through_the_command_line(tmp_path):
     students = _students()
-    assert sum(len(honest.everyday(s)) for s in STEMS) >= 30, "issue #20 asks for at least 30 everyday answers"
+    assert sum(len(honest.everyday(s)) for s in STEMS) >= 30, "the set promises at least 30 everyday answers"
     inbox = tmp_path / "inbox"
     for student, books in students.items():
         for stem, nb in books.items():

@@ -1,4 +1,4 @@
-"""One student's grading session (grader/session.py, issue #22): every notebook's full run and judge in one
+"""One student's grading session (grader/session.py): every notebook's full run and judge in one
 sandboxed process, and what the TA then sees in the executed notebook.
 
 On a Task-1-only course: the light full run (the default) and the full one give the same points; the

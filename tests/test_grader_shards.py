@@ -1,4 +1,4 @@
-"""A class graded past one machine and past a crash (issue #22), through the command line, on a
+"""A class graded past one machine and past a crash, through the command line, on a
 Task-1-only course of five students (correct, the release's stubs, two wrong answers, a corrupt file):
 
 * graded on one machine (the module's reference run), and as two shards through ``--shard auto`` with a

@@ -1,4 +1,4 @@
-"""The layout of grader/ and utils/ (issue #27): one reading of a notebook's cells, no import cycles,
+"""The layout of grader/ and utils/ : one reading of a notebook's cells, no import cycles,
 benchmarks that do not lean on the tests, and a ``pip install .`` that ships every package.
 
 The scans parse the source with ``ast`` (nothing is imported); each is shown to fail on planted code.
@@ -243,7 +243,7 @@ def test_pip_install_ships_probes_and_mutants(tmp_path):
 
 # --------------------------------------------------------------------------- benchmarks stand on their own
 # grader_evidence.py grades the hostile fixture set of tests/fixtures/hostile.py through the command line
-# and reports each outcome against the set's EXPECTED table: that set IS its subject (issues #7, #12), so it
+# and reports each outcome against the set's EXPECTED table: that set IS its subject, so it
 # may import tests/fixtures, and nothing else of the tests or the command line.
 FIXTURE_BENCHMARKS = {"grader_evidence.py"}
 

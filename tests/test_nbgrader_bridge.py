@@ -1,5 +1,5 @@
 """nbgrader's own commands with the pack's configuration (grader/nbgrader_config.py, what formgrader's
-buttons run) give the same release and the same grades as ``python -m grader`` (issue #21)."""
+buttons run) give the same release and the same grades as ``python -m grader``."""
 
 from __future__ import annotations
 

@@ -355,7 +355,7 @@ def test_utils_hand_out_no_training_step_and_the_baseline_defines_its_own_after_
     assert "step_fn" not in sources[baseline] and "def step(" in sources[baseline]
 
 
-# ------------------------------------------------------- core and extension (issue #14)
+# ------------------------------------------------------- core and extension
 def _tags(cell) -> list[str]:
     return cell.get("metadata", {}).get("tags") or []
 

@@ -1,4 +1,4 @@
-"""Every requirement the task text states has a visible check (issue #23): a green visible test must
+"""Every requirement the task text states has a visible check: a green visible test must
 not be followed by lost points.
 
 The judge's cases (grader/checks/<stem>.py, each with its ``says``) are the stated requirements of the
