@@ -294,3 +294,27 @@ def test_a_deleted_test_cell_comes_back_in_its_place_when_graded_and_on_the_feed
         restored = next(c for c in nb["cells"] if grade_id(c) == tests[0])
         assert "".join(restored["source"]) == "".join(next(c for c in release["cells"] if grade_id(c) == tests[0])["source"])
     assert page["cells"][0]["cell_type"] == "markdown" and "could not be run" in "".join(page["cells"][0]["source"])
+
+
+def test_the_memory_cap_reaches_the_sandbox_as_one_limits_object(tmp_path):
+    """Settings.mem_gb -> autograde.session_limits -> one environment variable -> process.Limits.apply in
+    the sandboxed process: a child that applies the session's Limits cannot allocate past the cap."""
+    import os
+    import subprocess
+    import sys
+
+    from grader import ROOT
+    from grader.autograde import Settings, session_command, session_limits
+    from grader.process import LIMITS_ENV, Limits
+
+    settings = Settings(mem_gb=0.25, sandbox="none")
+    limits = session_limits(settings)
+    assert limits.mem_bytes == 256 * 1024 ** 2 and Limits.from_env(limits.to_env()) == limits
+    _, env = session_command(settings, tmp_path, 1)
+    assert Limits.from_env(env) == limits, env.get(LIMITS_ENV)
+    probe = ("import os\nfrom grader.process import Limits\nLimits.from_env().apply()\n"
+             "try:\n    block = bytearray(512 * 1024 ** 2)\n    print('allocated')\n"
+             "except MemoryError:\n    print('capped')\n")
+    done = subprocess.run([sys.executable, "-c", probe], env={**os.environ, **limits.to_env()},
+                          capture_output=True, text=True, timeout=120, cwd=str(ROOT))
+    assert done.stdout.strip() == "capped", done.stdout + done.stderr
