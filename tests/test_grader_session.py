@@ -162,3 +162,14 @@ def test_a_notebook_that_stops_its_grading_process_is_continued(course):
     stopper = results["stopper"][0]
     assert any("stopped its own grading process" in r for r in stopper.reasons), stopper.reasons
     assert stopper.status == "review" and _points(stopper) == 11.0, (stopper.status, stopper.reasons)
+
+
+def test_the_memory_cap_applies_inside_the_session(course):
+    """--mem-gb reaches the sandboxed processes (grader/process.py Limits): a 4 GiB allocation under a
+    2 GB cap raises MemoryError in the full run, where the machine itself has room for it."""
+    results = _grade(course, {"hoarder": _submission(course, answer_prefix={
+        "cosine_scores": "_block = bytearray(4 * 1024 ** 3)\n"})}, mem_gb=2)
+    hoarder, executed = results["hoarder"]
+    assert executed is not None, (hoarder.status, hoarder.reasons)
+    errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert any(o["ename"] == "MemoryError" for o in errors), (errors, hoarder.reasons)
