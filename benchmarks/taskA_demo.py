@@ -109,9 +109,9 @@ def execute_in_process(src: Path, dst: Path, preset: str, log=None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    import tqdm.auto, tqdm.std  # noqa: E401 - plain text bars, as utils.run_notebooks's headless kernels
+    from utils.run_notebooks import PLAIN_PROGRESS_STARTUP
 
-    tqdm.auto.tqdm, tqdm.auto.trange = tqdm.std.tqdm, tqdm.std.trange
+    exec(PLAIN_PROGRESS_STARTUP, {})   # plain text bars, as in utils.run_notebooks's headless kernels
     os.environ.setdefault("TQDM_MININTERVAL", "5")
     nb = read_notebook(src)
     namespace = {"__name__": "__main__"}

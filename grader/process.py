@@ -205,11 +205,7 @@ def read_child(pid: int, read_fd: int, timeout: float, limit: int) -> tuple[str,
         done, _ = os.waitpid(pid, os.WNOHANG)
         exited = done == pid
     _close(read_fd)
-    for target in (-pid, pid):  # the case's process group: whatever it started dies with it
-        try:
-            os.kill(target, signal.SIGKILL)
-        except OSError:
-            pass
+    signal_group(pid, signal.SIGKILL)   # the case's process group: whatever it started dies with it
     if not exited:
         try:
             os.waitpid(pid, 0)
@@ -250,12 +246,27 @@ class RecordReader:
         return rec if isinstance(rec, dict) else "bad"
 
 
-def kill_process(pid: int) -> None:
+def signal_group(pid: int, sig: int) -> None:
+    """Send ``sig`` to ``pid``'s process group and to ``pid`` itself; either may be gone already."""
     for target in (-pid, pid):
         try:
-            os.kill(target, signal.SIGKILL)
+            os.kill(target, sig)
         except OSError:
             pass
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (SIGSTOP, SIGTSTP: state T or t in /proc/<pid>/stat); False when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] in (b"T", b"t")
+
+
+def kill_process(pid: int) -> None:
+    signal_group(pid, signal.SIGKILL)
     try:
         os.waitpid(pid, 0)
     except ChildProcessError:

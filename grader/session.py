@@ -355,16 +355,6 @@ def _notebook(nb: dict, plan: dict, write_fd: int, folder: str) -> None:
         os._exit(0)
 
 
-def _stopped(pid: int) -> bool:
-    """Whether ``pid`` is stopped (SIGSTOP, SIGTSTP: state T or t in /proc/<pid>/stat); False when unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:][:1] in (b"T", b"t")
-
-
 def _relay(pid: int, read_fd: int, stem: str, deadline: float, emit) -> str:
     """Forward the notebook process's records (only the kinds it may send, each once in order of
     sense) to the channel with ``stem`` added; returns "" or why the notebook's records stop short.
@@ -377,13 +367,9 @@ def _relay(pid: int, read_fd: int, stem: str, deadline: float, emit) -> str:
     while True:
         rec = lines.next(min(deadline, time.monotonic() + STOP_POLL))
         if rec == "timeout" and time.monotonic() < deadline:
-            if _stopped(pid):
+            if process.is_stopped(pid):
                 stops += 1
-                for target in (pid, -pid):
-                    try:
-                        os.kill(target, signal.SIGCONT)
-                    except OSError:
-                        pass
+                process.signal_group(pid, signal.SIGCONT)
             continue
         if not isinstance(rec, dict):
             return {"eof": "its grading process ended early (os._exit in trusted code? the memory cap?)",
