@@ -140,7 +140,7 @@ with tempfile.TemporaryDirectory(prefix="las-evidence-throughput-") as tmp:
         folder = course.folder("submitted", f"student{i:03d}")
         folder.mkdir(parents=True)
         (folder / "task1_infonce.ipynb").write_text(text, encoding="utf-8")
-    settings = Settings(workers=workers, kernel_threads=threads)
+    settings = Settings(workers=workers, session_threads=threads)
     started = time.perf_counter()
     statuses = autograde(course, settings=settings, progress=lambda msg: None, sync=False)
     wall = time.perf_counter() - started

@@ -9,7 +9,7 @@ Verbs:
                        grading/submitted/, with each submission's time (--times CSV, else the files');
                        --deadline ISO8601+zone and --late-penalty none|zero|per-hour:P for export
   autograde            grade everyone (or --student ID), --workers N in parallel, each notebook in
-                       a sandboxed kernel with a per-cell timeout and a memory cap; run it again after
+                       a sandboxed session with a per-cell timeout and a memory cap; run it again after
                        a crash to resume (students graded with the same inputs are skipped; --regrade);
                        --shard I/N (or auto: a Slurm array or Kubernetes Indexed Job task) grades one
                        shard of the class into grading/shards/I-of-N/
@@ -111,7 +111,7 @@ def cmd_autograde(args) -> int:
 
     course = _course(args)
     settings = Settings(workers=args.workers, cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout,
-                        judge_budget=args.judge_budget, mem_gb=args.mem_gb, sandbox=args.sandbox, kernel_threads=args.kernel_threads,
+                        judge_budget=args.judge_budget, mem_gb=args.mem_gb, sandbox=args.sandbox, session_threads=args.session_threads,
                         full_run=args.full_run)
     if not course.students():
         print(f"no submissions under {course.grading / 'submitted'}: run `python -m grader collect PATH` first",
@@ -276,9 +276,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="hard limit of one notebook's full run (default 180 s)")
     p.add_argument("--judge-budget", type=int, default=120,
                    help="one notebook's judge run: its top-level code and every case (default 120 s)")
-    p.add_argument("--mem-gb", type=float, default=6.0, help="memory cap of each kernel (default 6 GB)")
-    p.add_argument("--kernel-threads", type=int, default=0,
-                   help="torch threads per kernel (default: CPU cores / workers; 1 on a machine shared with other jobs)")
+    p.add_argument("--mem-gb", type=float, default=6.0, help="memory cap of each student's grading session (default 6 GB)")
+    p.add_argument("--session-threads", "--kernel-threads", dest="session_threads", type=int, default=0,
+                   help="torch threads per grading session (default: CPU cores / workers; 1 on a machine shared with "
+                        "other jobs); --kernel-threads is its older name")
     p.add_argument("--sandbox", choices=["auto", "bwrap", "unshare", "none"], default="auto")
     p.add_argument("--full-run", choices=["light", "full"], default="light",
                    help="light (default): the course's demonstration cells run only their definitions and show the "

@@ -12,8 +12,8 @@ Every student is one job (:func:`grade_student`): each submitted notebook is rea
   process per case; the judge (grader/judge.py) compares what came back with the solution's values in
   this process and writes the points of every autograded test cell.
 
-The session imports the libraries once per student and runs each setup cell once for both steps: what
-used to cost two interpreters, two imports and two setup cells per notebook when each notebook had a kernel of its own.
+The session imports the libraries once per student and runs each setup cell once for both steps, not once
+per notebook and step.
 
 Jobs run ``workers`` at a time; their scores are merged into the real gradebook one by one in this
 process, so workers never fight over the sqlite file and no student's code ever sees it.
@@ -59,19 +59,19 @@ class Settings:
     """Limits of one autograde run."""
 
     cell_timeout: int = 60           # seconds per cell (nbgrader interrupts the cell, goes on), and per judge case
-    notebook_timeout: int = 180      # hard wall limit of one notebook's full run (kernel hung, interrupt ignored)
-    mem_gb: float = 6.0              # the kernel's memory cap
+    notebook_timeout: int = 180      # hard wall limit of one notebook's full run (session hung, interrupt ignored)
+    mem_gb: float = 6.0              # the memory cap of each student's grading session
     workers: int = 1
     sandbox: str = "auto"            # auto | bwrap | unshare | none
     max_output_lines: int = 1000
-    kernel_threads: int = 0          # torch/BLAS threads per kernel (0: CPU cores / workers)
+    session_threads: int = 0         # torch/BLAS threads per grading session (0: CPU cores / workers)
     seed: int | None = None          # the judge's input seed (None: the grading folder's own, see judge_seed)
     judge_budget: int = 120          # one notebook's judge run: loading its top-level code and every case
     load_seconds: int = 60           # of which, at most, running the student's top-level statements (each at most 30 s)
     full_run: str = "light"          # light: the course's demonstration cells run their definitions only; full: every cell
 
     def threads(self) -> int:
-        return self.kernel_threads or max(1, (os.cpu_count() or 1) // max(1, self.workers))
+        return self.session_threads or max(1, (os.cpu_count() or 1) // max(1, self.workers))
 
     def mode(self) -> str:
         if self.sandbox != "auto":
@@ -103,7 +103,7 @@ class NotebookResult:
     score: float = 0.0
     max_score: float = 0.0
     scratch: Path | None = None
-    infra: bool = False                             # the kernel never started: the grader's fault
+    infra: bool = False                             # no sandbox started: the grader's fault
     full_run_ok: bool = False
     verdict: object = None                          # the judge's Verdict
     audit: list = field(default_factory=list)       # static audit findings (grader/audit.py)

@@ -35,11 +35,6 @@ c.CourseDirectory.db_url = f"sqlite:///{GRADING / 'gradebook.db'}"
 # Only notebooks are part of the assignment; the executed copies and caches never are.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "build", ".pytest_cache"]
 
-# Per-cell limit during autograde (nbgrader's default, 30 s, is too tight for a model-loading
-# cell on a busy grading machine; infinite loops still end).
-c.ExecutePreprocessor.timeout = 120
-c.ExecutePreprocessor.interrupt_on_timeout = True
-
 # A deleted test cell is put back and scored (nbgrader issue 1682); `python -m grader autograde`
 # passes the same option on its command line.
 c.OverwriteCells.add_missing_cells = True

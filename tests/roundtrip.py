@@ -16,7 +16,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "ex01"
-CELL_TIMEOUT = 120  # as in grader/nbgrader_config.py
 
 
 @dataclass
@@ -67,7 +66,7 @@ def start_autograde(course: Path, student: str, submission: str) -> subprocess.P
     origin = course / ("source" if submission == "solution" else "release") / ASSIGNMENT
     shutil.copytree(origin, dst)
     _nbgrader(course, "db", "student", "add", student)
-    cmd = _command(course, "autograde", ASSIGNMENT, "--force", f"--ExecutePreprocessor.timeout={CELL_TIMEOUT}")
+    cmd = _command(course, "autograde", ASSIGNMENT, "--force")
     return subprocess.Popen(cmd, cwd=course, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
 
 

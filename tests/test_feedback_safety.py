@@ -396,20 +396,33 @@ def test_a_failed_full_run_gets_the_judges_report_and_a_note(pages, student, sta
 
 
 def test_the_leak_check_covers_pages_of_failed_runs(pages, monkeypatch):
-    """A hidden line found in a page built from a submitted notebook deletes it and fails the run."""
+    """A judge line in a page built from a submitted notebook withholds that page and is reported for that
+    student; the same line typed by the student in their own submission is theirs to see."""
     import grader.feedback
 
     course = pages["course"]
-    monkeypatch.setattr(grader.feedback, "hidden_lines",
-                        lambda course: {STEM: ["the student emptied this markdown answer line"]})
+    judge_line = "the judge's own line that no page may show"
+    monkeypatch.setattr(grader.feedback, "judge_lines", lambda stem: [judge_line] if stem == STEM else [])
     nb_path = course.folder("submitted", "died") / f"{STEM}.ipynb"
     original = nb_path.read_text()
-    nb = json.loads(original)
-    next(c for c in nb["cells"] if _gid(c) == "answer_c")["source"] = "the student emptied this markdown answer line"
-    nb_path.write_text(json.dumps(nb))
+    page = course.folder("feedback", "died") / f"{STEM}.html"
     try:
-        with pytest.raises(RuntimeError, match="hidden test source found in feedback"):
-            grader.feedback.feedback(course, ["died"])
-        assert not (course.folder("feedback", "died") / f"{STEM}.html").exists()
+        # The page shows the line, the submission does not hold it: the pack leaked it.
+        monkeypatch.setattr(grader.feedback, "sanitise", lambda nb, _real=grader.feedback.sanitise: _add_line(
+            _real(nb), judge_line))
+        done, problems = grader.feedback.feedback(course, ["died"])
+        assert not page.exists() and STEM not in done.get("died", [])
+        assert any("line(s) of the judge's code" in p for p in problems["died"]), problems
+        # The student typed it themselves: their page is written.
+        nb = json.loads(original)
+        next(c for c in nb["cells"] if _gid(c) == "answer_c")["source"] = judge_line
+        nb_path.write_text(json.dumps(nb))
+        done, problems = grader.feedback.feedback(course, ["died"])
+        assert page.exists() and STEM in done["died"], problems
     finally:
         nb_path.write_text(original)
+
+
+def _add_line(nb: dict, line: str) -> dict:
+    nb["cells"].append({"cell_type": "markdown", "metadata": {}, "source": line})
+    return nb

@@ -95,7 +95,7 @@ def test_launcher_uses_las_python_then_venv_then_path(tmp_path):
     proc = _launch({"LAS_PYTHON": str(fake)})
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "calls").read_text().split() == \
-        "-m grader autograde --shard auto --sandbox bwrap --workers 1 --kernel-threads 1".split()
+        "-m grader autograde --shard auto --sandbox bwrap --workers 1 --session-threads 1".split()
     # no LAS_PYTHON, no .venv: python3 on PATH (a conda environment)
     repo = tmp_path / "repo"
     shutil.copytree(ROOT / "grader" / "cluster", repo / "grader" / "cluster")

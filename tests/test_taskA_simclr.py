@@ -620,3 +620,30 @@ def test_bf16_autocast_keeps_the_gradient_of_a_simclr_step(ns):
     print(f"one ResNet-18 SimCLR step: bf16 vs float32 gradient cosine {cosine(g32, g16):.3f}, another batch "
           f"{cosine(g32, g_other):.3f}; loss {loss32:.4f} vs {loss16:.4f}")
     assert cosine(g32, g16) > 0.9 and abs(cosine(g32, g_other)) < 0.5 and abs(loss32 - loss16) < 0.05
+
+
+@pytest.mark.parametrize("name", ["small_cnn", "resnet18"])
+def test_features_with_folded_batchnorm_match_the_encoder(name):
+    torch.manual_seed(0)
+    net = vision.make_encoder(name, channels_last=True)
+    with torch.no_grad():  # running statistics far from BatchNorm's initial 0 and 1
+        net(torch.rand(64, 3, 32, 32) * 3)
+    images = torch.randint(0, 256, (6, 3, 32, 32), dtype=torch.uint8)
+    net.eval()
+    with torch.no_grad():
+        expected = net(vision.to_float_images(images))
+    folded = vision.folded_for_inference(net)
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in folded.modules()), "no BatchNorm was folded"
+    net.train()
+    got = vision.extract_features(net, images, batch_size=4)
+    assert net.training and any(isinstance(m, nn.BatchNorm2d) for m in net.modules()), "the encoder is changed"
+    assert torch.allclose(got, expected, rtol=1e-4, atol=1e-4 * expected.abs().max())
+
+
+def test_an_untraceable_encoder_is_used_as_it_is():
+    class DataDependent(nn.Module):
+        def forward(self, x):
+            return x.flatten(1) if x.sum() > 0 else -x.flatten(1)
+
+    net = DataDependent()
+    assert vision.folded_for_inference(net) is net

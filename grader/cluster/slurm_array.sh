@@ -64,7 +64,7 @@ workers=$(( cpus / 2 > 0 ? cpus / 2 : 1 ))
 # The grader runs in the background so that a SIGTERM sent to this shell alone (scancel --batch) reaches
 # it too; it turns SIGTERM into a clean stop (grader/autograde.py), and this shell waits for that.
 # shellcheck disable=SC2086 # LAS_GRADER_OPTIONS is a list of options
-"$py" -m grader ${LAS_GRADER_OPTIONS:-} autograde --shard auto --sandbox bwrap --workers "$workers" --kernel-threads 1 "$@" &
+"$py" -m grader ${LAS_GRADER_OPTIONS:-} autograde --shard auto --sandbox bwrap --workers "$workers" --session-threads 1 "$@" &
 pid=$!
 trap 'echo "SIGTERM: stopping shard ${SLURM_ARRAY_TASK_ID:-?} (resubmit it to resume)"; kill -TERM "$pid" 2>/dev/null' TERM
 rc=0
