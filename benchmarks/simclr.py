@@ -1,7 +1,7 @@
 """Task A benchmark: how fast is the pack's SimCLR pipeline, and what do the presets reach?
 
     python benchmarks/simclr.py                         # augmentation + training throughput (a minute)
-    python benchmarks/simclr.py --cifar DIR --cpu-preset    # + the cpu preset end to end (<= 15 min)
+    python benchmarks/simclr.py --cifar DIR --cpu-preset    # + the cpu preset end to end (about 10 min)
     python benchmarks/simclr.py --cifar DIR --gpu-preset    # + time to 85 % linear probe (CUDA only)
 
 Writes build/bench/simclr.json. Everything is measured side by side in one run, on the same CPU
@@ -18,8 +18,8 @@ and thread count:
 * with ``--cpu-preset``: the cpu preset notebook executed end to end (papermill) on real CIFAR-10
   from ``--cifar`` (a folder holding cifar-10-batches-py), its wall time and the linear-probe
   accuracies of SimCLR and of the same encoder with random weights, both from that one run, and
-  whether the target is met: at least 60 % linear probe, at least 10 points above random weights,
-  at most 15 minutes for the whole notebook;
+  whether the target is met: at least 65 % linear probe, at least 10 points above random weights,
+  at most 10 minutes for the whole notebook;
 * on CUDA, ``kornia_ops``: views/s of each kornia step of the given batched augmentation (the crop in
   kornia's "slice" and "resample" modes), and ``given_on_gpu``: the given augmentation against
   ``augment_batch`` per call and inside ``vision.train_loop``;
@@ -244,8 +244,8 @@ def bench_given_on_gpu(ns: dict, images: torch.Tensor, device: torch.device, *, 
 
 
 # ---------------------------------------------------------------------------------- cpu preset run
-CPU_BUDGET_SECONDS = 15 * 60   # the whole notebook, on 2 cores
-CPU_TARGET_ACCURACY = 0.60     # linear probe of the SimCLR encoder on the CIFAR-10 test set
+CPU_BUDGET_SECONDS = 10 * 60   # the whole notebook, on 2 cores
+CPU_TARGET_ACCURACY = 0.65     # linear probe of the SimCLR encoder on the CIFAR-10 test set
 CPU_TARGET_MARGIN = 0.10       # ... and at least this far above the same encoder with random weights
 
 
@@ -285,8 +285,8 @@ def run_cpu_preset(cifar: str, threads: int) -> dict:
         "linear_probe_random_init": probe["random init"],
         "linear_probe_supervised": probe["supervised"],
         "margin_simclr_minus_random": margin,
-        # The issue's target, all three in the same run: >= 60 % linear probe, >= 10 points above
-        # the same encoder at random initialisation (measured in this run), <= 15 minutes.
+        # The lecturer's target, all three in the same run: >= 65 % linear probe, >= 10 points above
+        # the same encoder at random initialisation (measured in this run), <= 10 minutes.
         "target": {"linear_probe_at_least": CPU_TARGET_ACCURACY, "margin_over_random_init_at_least": CPU_TARGET_MARGIN,
                    "wall_seconds_at_most": CPU_BUDGET_SECONDS},
         "target_accuracy_met": accuracy_met,
@@ -404,7 +404,7 @@ def main(argv=None) -> int:
     if args.cpu_preset:
         if not args.cifar:
             parser.error("--cpu-preset needs --cifar DIR (or $CIFAR10_DIR): the cpu preset runs on real CIFAR-10")
-        print("running the cpu preset notebook end to end (at most 15 minutes on 2 cores) ...", flush=True)
+        print("running the cpu preset notebook end to end (about 10 minutes on 2 cores) ...", flush=True)
         report["cpu_preset"] = run_cpu_preset(args.cifar, args.threads)
         c = report["cpu_preset"]
         print(f"cpu preset: {c['wall_seconds_whole_notebook']:.0f} s for the whole notebook "

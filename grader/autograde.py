@@ -48,6 +48,7 @@ from . import judge as judging
 from .sandbox import (cgroup_protections, describe, join_cgroup, nproc_limit, protections, remove_cgroup,
                       student_cgroups)
 from .process import Limits
+from .progress import BatchProgress
 from .submissions import Unreadable, prepare, release_view
 from utils.notebook_cells import cell_role, cell_source, grade_id, nbgrader_meta
 
@@ -862,16 +863,11 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
     present submission, assignment, grader, seed and settings (``regrade``: grade them all again).
     ``summary``, if given, receives the run's figures (graded, skipped, seconds, worker_seconds);
     ``bar`` shows a tqdm bar on a terminal's stderr (the progress lines still go to ``progress``)."""
-    from .batch import batch_fingerprint, ensure_seed, grade_settings, invalidate, is_finished, student_fingerprint
+    from .batch import batch_fingerprint, ensure_seed, grade_settings, student_fingerprint
 
     settings = settings or Settings()
     notebooks = sync_assignment(course) if sync or not course.db_path.exists() else course.notebook_names()
-    everyone = course.students()
-    students = everyone if students is None else students
-    missing = [s for s in students if s not in everyone]
-    if missing:
-        raise FileNotFoundError(f"no submission folder for {', '.join(missing)} under "
-                                f"{course.grading / 'submitted'} (run `python -m grader collect` first)")
+    students = _known_students(course, students)
     add_students(course, students)
     prot = settings.protections()
     progress(f"sandbox: {settings.mode()} | {describe(prot)}")
@@ -879,92 +875,22 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
         settings.seed = ensure_seed(course.grading)
     batch = batch_fingerprint(course, notebooks, settings.seed, grade_settings(settings))
     fingerprints = {s: student_fingerprint(course, s, notebooks, batch) for s in students}
-    statuses: dict[str, dict] = {}
-    for s in students:
-        status = course.read_json("status", s)
-        if not regrade and is_finished(status, fingerprints[s]):
-            statuses[s] = status
+    statuses = _graded_before(course, students, fingerprints, regrade, progress)
     todo = [s for s in students if s not in statuses]
-    if statuses:
-        names = sorted(statuses)
-        progress(f"skipped {len(names)} of {len(students)} students, graded before with these submissions, "
-                 f"assignment, grader, seed and settings (--regrade grades them again): "
-                 + ", ".join(names[:30]) + (f" and {len(names) - 30} more" if len(names) > 30 else ""))
-    started = time.monotonic()
-    worker_seconds = 0.0
     workroot = Path(tempfile.mkdtemp(prefix="las-autograde-"))
     sigterm = _sigterm_as_interrupt()   # scancel, kill, preemption: clean up as after Ctrl-C
-    tqdm_bar = None
+    report = BatchProgress(progress, len(todo), bar=bar, workers=settings.workers)
     try:
-        if bar and todo:
-            from tqdm.auto import tqdm
-
-            tqdm_bar = tqdm(total=len(todo), unit="student", file=sys.stderr, disable=None, dynamic_ncols=True)
-            if not tqdm_bar.disable:
-                say = progress
-
-                def progress(msg):  # the lines go above the bar, not through it
-                    with tqdm_bar.external_write_mode():
-                        say(msg)
-        references = {}
-        for nb in notebooks if todo else []:
-            progress(f"judge: reference values of {nb} (the solution, outside the sandbox)")
-            release = json.loads((course.release / f"{nb}.ipynb").read_text(encoding="utf-8"))
-            solution = json.loads((course.source / f"{nb}.ipynb").read_text(encoding="utf-8"))
-            references[nb] = judging.reference_records(nb, release, solution, settings.seed, workroot,
-                                                       threads=settings.threads(),
-                                                       cache_dir=course.grading / "cache")
+        references = reference_values(course, notebooks if todo else [], settings, workroot, report.say)
         ran: list[NotebookResult] = []
         with ThreadPoolExecutor(max(1, settings.workers)) as pool, _cancel_pending_on_error(pool):
             futures = {pool.submit(grade_student, course, s, notebooks, settings, workroot, references): s
                        for s in todo}
-            for done, future in enumerate(as_completed(futures), 1):
+            for future in as_completed(futures):
                 s = futures[future]
-                try:
-                    results = list(future.result())
-                    finished = not any(r.infra for r in results)
-                except Exception as exc:  # noqa: BLE001 - a grader bug must not stop the batch either
-                    results = [NotebookResult(s, nb, status="unreadable", grades=None,
-                                              reasons=[f"{nb}: grading failed: {exc.__class__.__name__}: {exc}"])
-                               for nb in notebooks]
-                    finished = False   # the grader's fault, not the student's: the next run tries again
-                retries = course.read_json("status", s).get("overload_retries", 0)
-                retries = retries if isinstance(retries, int) else OVERLOAD_RETRIES
-                overload = overloaded(results, prot) if finished and retries < OVERLOAD_RETRIES else ""
-                if overload:   # checks timed out on a busy machine: the next run grades this student again
-                    finished = False
-                    for res in results:
-                        res.reasons.append(f"{res.notebook}: checks timed out while the machine was overloaded "
-                                           f"({overload}); the next autograde run grades this student again")
-                invalidate(course, s)  # from here until the status is written, s is not finished
-                for res in results:
-                    try:
-                        res.score, res.max_score = merge(course, res)
-                    except Exception as exc:  # noqa: BLE001 - one student's notebook never stops the batch
-                        res.status, res.grades, res.autograded = "review", None, None
-                        res.reasons.append(f"{res.notebook}: could not be merged into the gradebook "
-                                           f"({exc.__class__.__name__}); 0 autograded points; look at it by hand")
-                        res.score, res.max_score = merge(course, res)
-                    worker_seconds += res.seconds
-                    progress(f"[{done}/{len(todo)}] {s} {res.notebook}: {res.status} {res.score:g}/{res.max_score:g} "
-                             f"({res.seconds:.0f} s)")
-                # written last: a status file with a fingerprint means every notebook above is merged
-                statuses[s] = record_statuses(course, {s: results}, prot,
-                                              fingerprints={s: fingerprints[s]} if finished else None)[s]
-                if overload:
-                    statuses[s]["overload_retries"] = retries + 1
-                    course.write_json("status", s, statuses[s])
-                for res in results:
-                    if res.scratch is not None:
-                        shutil.rmtree(res.scratch, ignore_errors=True)
+                statuses[s], results = _finish_student(course, s, future, notebooks, prot, fingerprints[s], report)
                 ran += [r for r in results if r.scratch is not None]
-                elapsed = time.monotonic() - started
-                left = elapsed / done * (len(todo) - done)
-                progress(f"[{done}/{len(todo)}] {s}: {statuses[s]['status']} {statuses[s]['score']:g}/"
-                         f"{statuses[s]['max_score']:g} | {_minutes(elapsed)} so far, "
-                         + (f"about {_minutes(left)} left" if done < len(todo) else "done"))
-                if tqdm_bar is not None:
-                    tqdm_bar.update(1)
+                report.student_done(s, statuses[s])
         if ran and all(r.infra for r in ran):
             # infra: no session sent its first record, which comes before any student code runs, so the
             # log is the sandbox's or Python's own (never a student's output)
@@ -972,21 +898,100 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
                                "the Python environment fails on this machine (check that `bwrap --unshare-all --ro-bind / / true` "
                                "works and that the environment imports); the session said:\n"
                                + ran[0].log[-2000:])
-        wall = time.monotonic() - started
-        if todo:
-            progress(f"graded {len(todo)} students in {_minutes(wall)}: {60 * len(todo) / max(wall, 1e-9):.1f} "
-                     f"students per minute with {settings.workers} worker(s), {worker_seconds / len(todo):.0f} "
-                     f"worker-seconds per student" + (f"; {len(statuses) - len(todo)} skipped" if len(statuses) > len(todo) else ""))
+        figures = report.finish(skipped=len(students) - len(todo))
         if summary is not None:
-            summary.update(graded=len(todo), skipped=len(students) - len(todo), seconds=wall,
-                           worker_seconds=worker_seconds)
+            summary.update(figures)
         return {s: statuses[s] for s in students}
     finally:
-        if tqdm_bar is not None:
-            tqdm_bar.close()
+        report.close()
         shutil.rmtree(workroot, ignore_errors=True)
         if sigterm is not None:
             signal.signal(signal.SIGTERM, sigterm)
+
+
+def _known_students(course: Course, students: list[str] | None) -> list[str]:
+    """``students`` (default: everyone with a submission folder); a name without one is the TA's error."""
+    everyone = course.students()
+    students = everyone if students is None else students
+    missing = [s for s in students if s not in everyone]
+    if missing:
+        raise FileNotFoundError(f"no submission folder for {', '.join(missing)} under "
+                                f"{course.grading / 'submitted'} (run `python -m grader collect` first)")
+    return students
+
+
+def _graded_before(course: Course, students: list[str], fingerprints: dict, regrade: bool, say) -> dict[str, dict]:
+    """student -> status of those already graded with these inputs (none with ``regrade``), said in one line."""
+    from .batch import is_finished
+
+    statuses = {}
+    for s in students:
+        status = course.read_json("status", s)
+        if not regrade and is_finished(status, fingerprints[s]):
+            statuses[s] = status
+    if statuses:
+        names = sorted(statuses)
+        say(f"skipped {len(names)} of {len(students)} students, graded before with these submissions, "
+            f"assignment, grader, seed and settings (--regrade grades them again): "
+            + ", ".join(names[:30]) + (f" and {len(names) - 30} more" if len(names) > 30 else ""))
+    return statuses
+
+
+def reference_values(course: Course, notebooks: list[str], settings: Settings, workroot: Path, say) -> dict:
+    """notebook -> the judge's reference records: the solution's values for this batch's seed, computed
+    outside the sandbox (or read from grading/cache/)."""
+    references = {}
+    for nb in notebooks:
+        say(f"judge: reference values of {nb} (the solution, outside the sandbox)")
+        release = json.loads((course.release / f"{nb}.ipynb").read_text(encoding="utf-8"))
+        solution = json.loads((course.source / f"{nb}.ipynb").read_text(encoding="utf-8"))
+        references[nb] = judging.reference_records(nb, release, solution, settings.seed, workroot,
+                                                   threads=settings.threads(), cache_dir=course.grading / "cache")
+    return references
+
+
+def _finish_student(course: Course, s: str, future, notebooks: list[str], prot: dict, fingerprint: dict,
+                    report: BatchProgress) -> tuple[dict, list[NotebookResult]]:
+    """Merge one student's finished job into the gradebook and write their status file (last, with the
+    fingerprint only when the grade is final); returns (status, results). A grader bug, an overloaded
+    machine or a notebook that cannot be merged costs this student's status, never the batch."""
+    from .batch import invalidate
+
+    try:
+        results = list(future.result())
+        finished = not any(r.infra for r in results)
+    except Exception as exc:  # noqa: BLE001 - a grader bug must not stop the batch either
+        results = [NotebookResult(s, nb, status="unreadable", grades=None,
+                                  reasons=[f"{nb}: grading failed: {exc.__class__.__name__}: {exc}"])
+                   for nb in notebooks]
+        finished = False   # the grader's fault, not the student's: the next run tries again
+    retries = course.read_json("status", s).get("overload_retries", 0)
+    retries = retries if isinstance(retries, int) else OVERLOAD_RETRIES
+    overload = overloaded(results, prot) if finished and retries < OVERLOAD_RETRIES else ""
+    if overload:   # checks timed out on a busy machine: the next run grades this student again
+        finished = False
+        for res in results:
+            res.reasons.append(f"{res.notebook}: checks timed out while the machine was overloaded "
+                               f"({overload}); the next autograde run grades this student again")
+    invalidate(course, s)  # from here until the status is written, s is not finished
+    for res in results:
+        try:
+            res.score, res.max_score = merge(course, res)
+        except Exception as exc:  # noqa: BLE001 - one student's notebook never stops the batch
+            res.status, res.grades, res.autograded = "review", None, None
+            res.reasons.append(f"{res.notebook}: could not be merged into the gradebook "
+                               f"({exc.__class__.__name__}); 0 autograded points; look at it by hand")
+            res.score, res.max_score = merge(course, res)
+        report.notebook_done(s, res)
+    # written last: a status file with a fingerprint means every notebook above is merged
+    status = record_statuses(course, {s: results}, prot, fingerprints={s: fingerprint} if finished else None)[s]
+    if overload:
+        status["overload_retries"] = retries + 1
+        course.write_json("status", s, status)
+    for res in results:
+        if res.scratch is not None:
+            shutil.rmtree(res.scratch, ignore_errors=True)
+    return status, results
 
 
 # ----------------------------------------------------------------------------- SIGTERM (grader/cluster)
@@ -1013,13 +1018,6 @@ def _cancel_pending_on_error(pool: ThreadPoolExecutor):
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
-
-
-def _minutes(seconds: float) -> str:
-    """``seconds`` as the TA reads a duration: '45 s', '12.5 min', '3.2 h'."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def _notebook_status(res: NotebookResult) -> dict:

@@ -32,8 +32,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from utils.notebook_cells import RUBRIC_TAG, cell_source, cell_tags, grade_id, nbgrader_meta, \
-    read_notebook
+from utils.notebook_cells import RUBRIC_TAG, cell_source, cell_tags, grade_id, nbgrader_meta
 
 from . import ASSIGNMENT
 from .course import COURSE_ID, Course, nbgrader, printable, shown, snapshot_db, valid_student_id, write_csv

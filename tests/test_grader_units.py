@@ -318,3 +318,24 @@ def test_the_memory_cap_reaches_the_sandbox_as_one_limits_object(tmp_path):
     done = subprocess.run([sys.executable, "-c", probe], env={**os.environ, **limits.to_env()},
                           capture_output=True, text=True, timeout=120, cwd=str(ROOT))
     assert done.stdout.strip() == "capped", done.stdout + done.stderr
+
+
+def test_batch_progress_says_each_notebook_student_and_time_left():
+    """The TA's progress lines: each notebook, each student with the time so far and left, and the figures."""
+    from types import SimpleNamespace
+
+    from grader.progress import BatchProgress, minutes
+
+    lines = []
+    report = BatchProgress(lines.append, 2, workers=2)
+    report.notebook_done("ann", SimpleNamespace(notebook="task1_infonce", status="graded", score=17, max_score=17,
+                                                seconds=12.4))
+    report.student_done("ann", {"status": "graded", "score": 17, "max_score": 17})
+    report.student_done("bob", {"status": "review", "score": 3.5, "max_score": 17})
+    figures = report.finish(skipped=1)
+    assert lines[0] == "[1/2] ann task1_infonce: graded 17/17 (12 s)"
+    assert lines[1].startswith("[1/2] ann: graded 17/17 | ") and "left" in lines[1]
+    assert lines[2].startswith("[2/2] bob: review 3.5/17 | ") and lines[2].endswith("done")
+    assert "graded 2 students" in lines[3] and "2 worker(s)" in lines[3] and "; 1 skipped" in lines[3]
+    assert figures["graded"] == 2 and figures["skipped"] == 1 and figures["worker_seconds"] == 12.4
+    assert (minutes(45), minutes(750), minutes(3.5 * 3600 + 1)) == ("45 s", "12.5 min", "3.5 h")

@@ -53,16 +53,15 @@ TASKA_SIMCLR = {
     # resume: checkpoint every epoch and pick up from build/cache/simclr (smoke always trains afresh);
     # threads: torch CPU threads (smoke: 1, its tensors are too small to gain from more; None: default);
     # ablation_*: the short runs of the temperature x batch-size table; aug_ablation_*: the augmentation
-    # ablation (crop only / colour only / both): images and epochs of each run, images whose features
-    # train its probes, and how long the three runs take.
+    # ablation (crop only / colour only / both): images and epochs of each run, and images whose features
+    # train its probes.
     "smoke": dict(encoder="tiny_cnn", n_train=384, n_test=256, epochs=2, batch_size=64, lr=0.15,
                   temperature=0.5, crop_size=32, autocast=None, channels_last=False,
                   supervised_epochs=2, probe_train=384, probe_epochs=30, knn_k=20, knn_bank=384,
                   knn_queries=256, knn_every=1, compile=False, resume=False, threads=1, tsne_points=150,
                   tsne_iter=250, ablation_temperatures=(0.5,),
                   ablation_batch_sizes=(32, 64), ablation_epochs=1, ablation_n_train=128,
-                  aug_ablation_n_train=128, aug_ablation_epochs=1, aug_ablation_probe_train=384,
-                  aug_ablation_time="a few seconds"),
+                  aug_ablation_n_train=128, aug_ablation_epochs=1, aug_ablation_probe_train=384),
     # cpu: all 50,000 training images for 4 epochs on 24x24 crops in channels-last layout (2 to 3x
     # faster per image on a CPU than 32x32 in NCHW; features for the probe and kNN still come from
     # the full 32x32 images), temperature 0.2 (better than 0.5 after a few epochs) and the probe
@@ -75,8 +74,7 @@ TASKA_SIMCLR = {
                   tsne_iter=1000,
                   ablation_temperatures=(0.1, 0.5), ablation_batch_sizes=(64, 256),
                   ablation_epochs=1, ablation_n_train=5_000,
-                  aug_ablation_n_train=10_000, aug_ablation_epochs=2, aug_ablation_probe_train=10_000,
-                  aug_ablation_time="about 2 to 3 minutes on 2 CPU cores (estimate)"),
+                  aug_ablation_n_train=10_000, aug_ablation_epochs=2, aug_ablation_probe_train=10_000),
     # gpu: the ten-minute lecture demo, planned to fit 9 minutes on one H100 at the speeds measured there on
     # 2026-11-27 (README, "Measured"): SimCLR with the given (kornia) augmentation 23,300 images/s, so 100 epochs
     # ~215 s plus ~20 s of kNN checks; supervised 15 epochs (~35 s), the temperature x batch table 4 runs x 3
@@ -89,8 +87,7 @@ TASKA_SIMCLR = {
                   tsne_points=2_000,
                   tsne_iter=1000, ablation_temperatures=(0.1, 0.5), ablation_batch_sizes=(128, 512),
                   ablation_epochs=3, ablation_n_train=50_000,
-                  aug_ablation_n_train=10_000, aug_ablation_epochs=10, aug_ablation_probe_train=10_000,
-                  aug_ablation_time="about 30 seconds on one H100 (estimate from the measured training speed)"),
+                  aug_ablation_n_train=10_000, aug_ablation_epochs=10, aug_ablation_probe_train=10_000),
     "full":  dict(encoder="resnet18", n_train=50_000, n_test=10_000, epochs=1000, batch_size=512,
                   lr=0.12, temperature=0.5, crop_size=32, autocast="bfloat16", channels_last=True,
                   supervised_epochs=200, probe_train=50_000, probe_epochs=100, knn_k=20,
@@ -99,8 +96,7 @@ TASKA_SIMCLR = {
                   tsne_iter=1000,
                   ablation_temperatures=(0.1, 0.5), ablation_batch_sizes=(128, 512),
                   ablation_epochs=100, ablation_n_train=50_000,
-                  aug_ablation_n_train=50_000, aug_ablation_epochs=20, aug_ablation_probe_train=50_000,
-                  aug_ablation_time="about 5 minutes on one H100 (estimate from the measured training speed)"),
+                  aug_ablation_n_train=50_000, aug_ablation_epochs=20, aug_ablation_probe_train=50_000),
 }
 
 
