@@ -727,22 +727,31 @@ def apply_verdict(course, notebook, verdict, executed, result) -> None:
         result.comments[cell] = verdict.cell_report(cell)
     result.verdict = verdict
     if executed is not None:
-        _annotate(executed, verdict)
-        insert_rubrics(executed, course.source / f"{notebook}.ipynb")
+        notebook_step(result, "the judge's report under each test cell", annotate_reports, executed, verdict)
+        notebook_step(result, "the rubrics under the written answers", insert_rubrics, executed,
+                       course.source / f"{notebook}.ipynb")
 
 
-def _annotate(executed: Path, verdict) -> None:
-    """Put the judge's per-case report under each test cell of the executed notebook (feedback)."""
+def notebook_step(result: NotebookResult, what: str, step, *args) -> None:
+    """Run one step that rewrites the executed notebook: a failure is a reason on the notebook's status
+    for the TA, never silent, and never costs a point."""
     try:
-        nb = json.loads(executed.read_text(encoding="utf-8"))
-        for cell in nb["cells"]:
-            gid = grade_id(cell)
-            if gid in verdict.points and cell.get("cell_type") == "code":
-                cell.setdefault("outputs", []).append(
-                    {"output_type": "stream", "name": "stdout", "text": verdict.cell_report(gid) + "\n"})
-        write_notebook(executed, nb)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+        step(*args)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        result.status = worse_status(result.status, "review")
+        result.reasons.append(f"{result.notebook}: {what} could not be added to the executed notebook "
+                              f"({exc.__class__.__name__}: {str(exc)[:120]}); the points stand")
+
+
+def annotate_reports(executed: Path, verdict) -> None:
+    """Put the judge's per-case report under each test cell of the executed notebook (feedback)."""
+    nb = json.loads(executed.read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        gid = grade_id(cell)
+        if gid in verdict.points and cell.get("cell_type") == "code":
+            cell.setdefault("outputs", []).append(
+                {"output_type": "stream", "name": "stdout", "text": verdict.cell_report(gid) + "\n"})
+    write_notebook(executed, nb)
 
 
 def worse_status(a: str, b: str) -> str:
@@ -832,23 +841,21 @@ def _is_manual(gb, cell) -> bool:
 def insert_rubrics(executed: Path, source: Path) -> None:
     """Put each written answer's rubric (from the source notebook, grader/tiers.py) directly under the
     student's answer in the autograded notebook, where the TA grades it in formgrader. Cells a student
-    tagged ``rubric`` are dropped first; feedback drops every rubric cell again (feedback.sanitise)."""
+    tagged ``rubric`` are dropped first; feedback drops every rubric cell again (feedback.sanitise).
+    Raises what reading or writing raised (the caller makes it a reason on the status)."""
     from .tiers import RUBRIC_TAG, rubric_cells, strip_rubrics
 
-    try:
-        rubrics = rubric_cells(source)
-        nb = strip_rubrics(json.loads(executed.read_text(encoding="utf-8")))
-        cells = []
-        for cell in nb["cells"]:
-            cells.append(cell)
-            gid = grade_id(cell)
-            if gid in rubrics and cell.get("cell_type") == "markdown":
-                cells.append({"cell_type": "markdown", "metadata": {"tags": [RUBRIC_TAG]},
-                              "source": rubrics.pop(gid)})
-        nb["cells"] = cells
-        write_notebook(executed, nb)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    rubrics = rubric_cells(source)
+    nb = strip_rubrics(json.loads(executed.read_text(encoding="utf-8")))
+    cells = []
+    for cell in nb["cells"]:
+        cells.append(cell)
+        gid = grade_id(cell)
+        if gid in rubrics and cell.get("cell_type") == "markdown":
+            cells.append({"cell_type": "markdown", "metadata": {"tags": [RUBRIC_TAG]},
+                          "source": rubrics.pop(gid)})
+    nb["cells"] = cells
+    write_notebook(executed, nb)
 
 
 def autograde(course: Course, students: list[str] | None = None, settings: Settings | None = None,

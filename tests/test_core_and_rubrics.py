@@ -215,6 +215,23 @@ def test_autograde_puts_each_rubric_under_its_answer(tmp_path):
     assert sum(tiers.is_rubric(c) for c in cells) == len(rubrics)
 
 
+def test_a_failed_notebook_step_is_a_reason_not_silence(tmp_path):
+    """A step that cannot rewrite the executed notebook (here a corrupt file) leaves the points alone and
+    says so on the notebook's status for the TA."""
+    from grader.autograde import NotebookResult, insert_rubrics, notebook_step
+
+    executed = tmp_path / "task1_infonce.ipynb"
+    executed.write_text("{not json", encoding="utf-8")
+    result = NotebookResult("ann", "task1_infonce", grades={"test_info_nce_loss": (3.0, False)})
+    notebook_step(result, "the rubrics under the written answers", insert_rubrics, executed,
+                  SOLUTIONS / "task1_infonce.ipynb")
+    assert result.status == "review" and result.grades == {"test_info_nce_loss": (3.0, False)}
+    assert "the rubrics under the written answers could not be added" in result.reasons[0], result.reasons
+    good = NotebookResult("bob", "task1_infonce")
+    notebook_step(good, "a step that works", lambda: None)
+    assert good.status == "graded" and not good.reasons
+
+
 # ------------------------------------------------------------------------------ export
 def test_export_reports_core_and_extension_apart(roundtrips):
     sol = roundtrips["solution"]
