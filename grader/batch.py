@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from . import GRADER_DIR, ROOT
-from .course import Course
+from .course import Course, write_atomic
 
 #: Settings fields that can change a grade (limits, sandbox): a change regrades. Workers and threads
 #: change only the speed.
@@ -229,16 +229,7 @@ def shard_folder(root: Path, index: int, count: int) -> Path:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    """Atomic: a temporary file in the same folder, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def _replace_tree(src: Path, dst: Path) -> None:

@@ -16,6 +16,7 @@ A :class:`Course` is the TA's grading folder (default ``grading/``, or ``$LAS_GR
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import re
@@ -95,26 +96,35 @@ def spreadsheet_safe(value):
     return "'" + value if value.startswith(FORMULA_START) else value
 
 
-def write_csv(path: Path, fields: list[str], rows: list[dict]) -> Path:
-    """Write ``rows`` to ``path`` atomically (temporary file + rename), every cell spreadsheet-safe.
-
-    Atomic so that a failure half-way never leaves a truncated grades file that looks complete."""
+def write_atomic(path: Path, text: str, *, private: bool = False) -> Path:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename, so that a
+    reader never sees half a file and a crash leaves none. The file gets the umask's permissions (the
+    TA's group can read grades and statuses), or the owner's alone with ``private``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows({k: spreadsheet_safe(row.get(k, "")) for k in fields} for row in rows)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the grades from the TA's group
+            f.write(text)
+        if not private:   # mkstemp's 0600 would hide the file from the TA's group
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_csv(path: Path, fields: list[str], rows: list[dict]) -> Path:
+    """Write ``rows`` to ``path`` atomically (:func:`write_atomic`), every cell spreadsheet-safe: a failure
+    half-way never leaves a truncated grades file that looks complete."""
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows({k: spreadsheet_safe(row.get(k, "")) for k in fields} for row in rows)
+    return write_atomic(path, out.getvalue())
 
 
 @dataclass
@@ -167,11 +177,7 @@ class Course:
             return {}
 
     def write_json(self, kind: str, student: str, data: dict) -> None:
-        path = self.status_path(kind, student)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(self.status_path(kind, student), json.dumps(data, indent=1, sort_keys=True))
 
 
 def scratch_course(folder: Path, notebook: Path) -> tuple[Course, dict, dict]:

@@ -32,6 +32,7 @@ from utils.answer_loader import explain_name_error
 from utils.notebook_cells import cell_role, cell_source, cell_tags, grade_id, nbgrader_meta
 
 from . import ROOT
+from .course import write_atomic
 from .cases import CASE_KINDS, Case, case_kind  # noqa: F401 - re-exported: the case table's leaf module
 from .evidence import EvidenceError, Raised, decode
 
@@ -320,11 +321,7 @@ def reference_records(stem: str, release: dict, solution: dict, seed: int, workr
         _REFERENCE_CACHE[key] = cases
         if disk is not None:
             try:
-                disk.parent.mkdir(parents=True, exist_ok=True)
-                tmp = disk.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(cases), encoding="utf-8")
-                os.chmod(tmp, 0o600)
-                os.replace(tmp, disk)
+                write_atomic(disk, json.dumps(cases), private=True)
             except OSError:
                 pass   # a read-only grading folder: the cache is an optimisation only
         return cases
