@@ -202,6 +202,9 @@ def grade_student(course: Course, student: str, notebooks: list[str], settings: 
                 executed = _full_run_result(job, mine, "" if not infra else tail, settings, secrets)
                 verdict = _verdict(job, mine, tail, settings, references.get(job.notebook))
                 apply_verdict(course, job.notebook, verdict, executed, job.result)
+                if executed is not None:   # the one write of the executed notebook
+                    job.result.autograded = job.result.scratch / f"{job.notebook}.ipynb"
+                    write_notebook(job.result.autograded, executed)
             except Exception as exc:  # noqa: BLE001 - this notebook's content tripped the grader: it alone
                 job.result.status, job.result.grades, job.result.autograded = "review", None, None
                 job.result.reasons.append(f"{job.notebook}: the grader could not process this notebook's results "
@@ -572,9 +575,8 @@ def write_notebook(path: Path, nb: dict) -> None:
 
 
 def _full_run_result(job: Job, records: list[dict], tail: str, settings: Settings,
-                     secrets: tuple = ()) -> Path | None:
-    """The executed notebook from the session's cell records (written to the job's scratch folder),
-    and the full run's status (timeouts, a dead process, memory-cap hits) in ``job.result``. Every
+                     secrets: tuple = ()) -> dict | None:
+    """The executed notebook from the session's cell records (None when no cell ran), and the full run's status (timeouts, a dead process, memory-cap hits) in ``job.result``. Every
     output is scrubbed of the batch's seeds; the statuses come from the session's own observations
     (the ``full_run`` record), never from what an output says."""
     from .feedback import scrub_value
@@ -629,12 +631,7 @@ def _full_run_result(job: Job, records: list[dict], tail: str, settings: Setting
     result.full_run_ok = status == "ok"
     interrupted = full.get("interrupted") if isinstance(full, dict) and isinstance(full.get("interrupted"), list) else []
     inspect_outputs(nb, run_outputs, interrupted, result, settings)
-    if not executed_cells:
-        return None
-    executed = result.scratch / f"{notebook}.ipynb"
-    write_notebook(executed, nb)
-    result.autograded = executed
-    return executed
+    return nb if executed_cells else None
 
 
 def _cell_name(nb: dict, index) -> str:
@@ -709,8 +706,9 @@ def _verdict(job: Job, records: list[dict], tail: str, settings: Settings, refer
     return verdict
 
 
-def apply_verdict(course, notebook, verdict, executed, result) -> None:
-    """The judge's points replace whatever nbgrader read from the test cells' outputs."""
+def apply_verdict(course, notebook, verdict, executed: dict | None, result) -> None:
+    """The judge's points replace whatever nbgrader read from the test cells' outputs; the executed notebook
+    (``executed``, None when nothing ran) gets the judge's reports and the rubrics, in place."""
     manual = dict(result.grades or {})
     result.grades = {}
     if verdict is None:
@@ -743,15 +741,13 @@ def notebook_step(result: NotebookResult, what: str, step, *args) -> None:
                               f"({exc.__class__.__name__}: {str(exc)[:120]}); the points stand")
 
 
-def annotate_reports(executed: Path, verdict) -> None:
-    """Put the judge's per-case report under each test cell of the executed notebook (feedback)."""
-    nb = json.loads(executed.read_text(encoding="utf-8"))
+def annotate_reports(nb: dict, verdict) -> None:
+    """Put the judge's per-case report under each test cell of the executed notebook ``nb`` (feedback)."""
     for cell in nb["cells"]:
         gid = grade_id(cell)
         if gid in verdict.points and cell.get("cell_type") == "code":
             cell.setdefault("outputs", []).append(
                 {"output_type": "stream", "name": "stdout", "text": verdict.cell_report(gid) + "\n"})
-    write_notebook(executed, nb)
 
 
 def worse_status(a: str, b: str) -> str:
@@ -838,24 +834,22 @@ def _is_manual(gb, cell) -> bool:
 
 
 # ----------------------------------------------------------------------------- the batch
-def insert_rubrics(executed: Path, source: Path) -> None:
+def insert_rubrics(nb: dict, source: Path) -> None:
     """Put each written answer's rubric (from the source notebook, grader/tiers.py) directly under the
     student's answer in the autograded notebook, where the TA grades it in formgrader. Cells a student
     tagged ``rubric`` are dropped first; feedback drops every rubric cell again (feedback.sanitise).
-    Raises what reading or writing raised (the caller makes it a reason on the status)."""
+    In place; raises on a malformed notebook (the caller makes it a reason on the status)."""
     from .tiers import RUBRIC_TAG, rubric_cells, strip_rubrics
 
     rubrics = rubric_cells(source)
-    nb = strip_rubrics(json.loads(executed.read_text(encoding="utf-8")))
     cells = []
-    for cell in nb["cells"]:
+    for cell in strip_rubrics(nb)["cells"]:
         cells.append(cell)
         gid = grade_id(cell)
         if gid in rubrics and cell.get("cell_type") == "markdown":
             cells.append({"cell_type": "markdown", "metadata": {"tags": [RUBRIC_TAG]},
                           "source": rubrics.pop(gid)})
     nb["cells"] = cells
-    write_notebook(executed, nb)
 
 
 def autograde(course: Course, students: list[str] | None = None, settings: Settings | None = None,

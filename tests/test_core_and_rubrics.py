@@ -203,10 +203,8 @@ def test_autograde_puts_each_rubric_under_its_answer(tmp_path):
     rubrics = tiers.rubric_cells(source)
     release = json.loads((RELEASE / "task1_infonce.ipynb").read_text(encoding="utf-8"))
     release["cells"].insert(0, _tag(md("**Rubric: `answer_a` (99 points)** a student's fake"), "rubric"))
-    executed = tmp_path / "task1_infonce.ipynb"
-    executed.write_text(json.dumps(release), encoding="utf-8")
-    insert_rubrics(executed, source)
-    cells = json.loads(executed.read_text(encoding="utf-8"))["cells"]
+    insert_rubrics(release, source)
+    cells = release["cells"]
     assert not any("a student's fake" in "".join(c["source"]) for c in cells)
     for i, cell in enumerate(cells):
         gid = (cell["metadata"].get("nbgrader") or {}).get("grade_id")
@@ -215,15 +213,13 @@ def test_autograde_puts_each_rubric_under_its_answer(tmp_path):
     assert sum(tiers.is_rubric(c) for c in cells) == len(rubrics)
 
 
-def test_a_failed_notebook_step_is_a_reason_not_silence(tmp_path):
-    """A step that cannot rewrite the executed notebook (here a corrupt file) leaves the points alone and
+def test_a_failed_notebook_step_is_a_reason_not_silence():
+    """A step that cannot rewrite the executed notebook (here a malformed one) leaves the points alone and
     says so on the notebook's status for the TA."""
     from grader.autograde import NotebookResult, insert_rubrics, notebook_step
 
-    executed = tmp_path / "task1_infonce.ipynb"
-    executed.write_text("{not json", encoding="utf-8")
     result = NotebookResult("ann", "task1_infonce", grades={"test_info_nce_loss": (3.0, False)})
-    notebook_step(result, "the rubrics under the written answers", insert_rubrics, executed,
+    notebook_step(result, "the rubrics under the written answers", insert_rubrics, {"cells": 5},
                   SOLUTIONS / "task1_infonce.ipynb")
     assert result.status == "review" and result.grades == {"test_info_nce_loss": (3.0, False)}
     assert "the rubrics under the written answers could not be added" in result.reasons[0], result.reasons
