@@ -36,7 +36,8 @@ import json, os, shutil, sys, time
 from pathlib import Path
 sys.path.insert(0, os.getcwd())
 from grader import judge as judging
-from grader.autograde import Settings, autograde
+from grader.results import Settings
+from grader.autograde import autograde
 from grader.course import Course
 grading, workers, mode = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 spent = {"reference": 0.0}

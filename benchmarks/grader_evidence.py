@@ -129,7 +129,8 @@ THROUGHPUT = r"""
 import json, os, sys, tempfile, time
 from pathlib import Path
 sys.path.insert(0, os.getcwd())
-from grader.autograde import Settings, autograde
+from grader.results import Settings
+from grader.autograde import autograde
 from grader.course import scratch_course
 from grader.mutants import student_copy
 copies, workers, threads = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])

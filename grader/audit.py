@@ -37,7 +37,7 @@ and a cell above ``AST_CELL_CHARS`` is only scanned as text (also reported as "o
 Constant folding gives up on a string longer than ``FOLD_CHARS`` (before building it): nested
 ``"A".join([...]).join([...])`` would otherwise grow as the product of the list lengths, gigabytes
 from a few kB of code. The grader runs the audit in a child process under a memory and a time cap
-(``python -m grader.audit``, see :func:`main`; grader/autograde.py ``audit_submission``).
+(``python -m grader.audit``, see :func:`main`; grader/audit_step.py ``audit_submission``).
 
 A finding is a reason to look, not proof: ``setattr`` or ``threading`` have honest uses.
 """
@@ -1033,7 +1033,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m grader.audit [--mem-bytes N] [--cpu-seconds S]``: audit the notebook read as JSON
     from stdin (``{"cells": [...], "answer_ids": [...] or null}``) and print ``{"findings": [[cell,
     line, what, code], ...]}`` on stdout. The caps are set on this process before anything is read,
-    so one notebook's code cannot take the grader's memory or time (grader/autograde.py ``audit_submission``
+    so one notebook's code cannot take the grader's memory or time (grader/audit_step.py ``audit_submission``
     runs it with a wall-time limit as well). Exits 3 when the memory cap was hit."""
     import argparse
     import json

@@ -75,7 +75,7 @@ def grader_digest() -> str:
 
 
 def grade_settings(settings) -> dict:
-    """The grade-changing settings of a grader.autograde.Settings, as JSON values."""
+    """The grade-changing settings of a grader.results.Settings, as JSON values."""
     out = {name: getattr(settings, name) for name in GRADE_SETTINGS if hasattr(settings, name)}
     out["sandbox"] = settings.mode()
     return out
@@ -241,7 +241,7 @@ def _replace_tree(src: Path, dst: Path) -> None:
 
 
 def prepare_shard(course: Course, index: int, count: int, root: Path | None = None,
-                  only: list[str] | None = None, settings=None) -> tuple[Course, list[str]]:  # settings: grader.autograde.Settings
+                  only: list[str] | None = None, settings=None) -> tuple[Course, list[str]]:  # settings: grader.results.Settings
     """Set up shard ``index`` of ``count`` of the class in ``course``: its folder (default
     ``grading/shards/<I>-of-<N>``) with the class's judge seed, a copy of each of its students'
     submission and collect report, and ``shard.json``. Returns (the shard's course, its students).

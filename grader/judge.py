@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from utils.answer_loader import explain_name_error
-from utils.notebook_cells import cell_role, cell_source, cell_tags, grade_id, nbgrader_meta
+from utils.notebook_cells import cell_role, cell_source, cell_tags, grade_id, is_graded, is_locked, nbgrader_meta
 
 from . import ROOT
 from .course import write_atomic
@@ -89,7 +89,7 @@ def notebook_cells(release: dict, answers: dict | None) -> list[dict]:
             gid = grade_id(cell) or f"release cell {i}"
             cells.append({"id": gid, "role": role, "source": cell_source(cell)})
             release_sources.add(cell_source(cell).strip())
-    locked = {grade_id(c) for c in release["cells"] if nbgrader_meta(c).get("locked") or nbgrader_meta(c).get("grade")}
+    locked = {grade_id(c) for c in release["cells"] if is_locked(c) or is_graded(c)}
     locked.discard(None)
     student_cells = (answers or {}).get("cells", []) if isinstance(answers, dict) else []
     for i, cell in enumerate(student_cells if isinstance(student_cells, list) else []):

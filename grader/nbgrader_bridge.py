@@ -27,7 +27,7 @@ import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
-from utils.notebook_cells import cell_role, cell_source, drop_rubrics, grade_id, nbgrader_meta
+from utils.notebook_cells import cell_role, cell_source, drop_rubrics, grade_id, is_test
 
 
 class StripRubrics(NbGraderPreprocessor):
@@ -64,7 +64,9 @@ def grade_one(student: str, notebook: str, course=None):
     """Grade one submitted notebook with the pack's pipeline; returns its NotebookResult (with the
     executed notebook still in place) and the scratch folder to remove afterwards."""
     from . import judge as judging
-    from .autograde import Settings, grade_notebook, merge, record_statuses
+    from .results import Settings, record_statuses
+    from .autograde import grade_notebook
+    from .scoring import merge
     from .course import Course, sync_assignment
 
     course = course or Course()
@@ -106,9 +108,8 @@ class JudgeExecute(NbGraderPreprocessor):
             else:   # the full run failed: the student's cells as submitted, with the judge's reports
                 out = nb
             for cell in out.cells:
-                meta = nbgrader_meta(cell)
                 gid = grade_id(cell)
-                if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+                if is_test(cell):
                     points = (result.grades or {}).get(gid, (0.0, False))[0] or 0.0
                     report = result.comments.get(gid) or ("Autograder: 0 points (" + "; ".join(result.reasons[:3]) + ")")
                     cell.outputs = _test_outputs(report, points)

@@ -1,7 +1,7 @@
 """One student's grading session: every notebook's full run and judge probes, in one sandboxed process.
 
 ``python -m grader.session -`` runs inside the student's sandbox (grader/sandbox.py session_prefix) and
-reads a plan from stdin, written by grader/autograde.py:
+reads a plan from stdin, written by grader/launch.py (``session_plan``):
 
     {"notebooks": [{"stem": "task1_infonce",
                     "cells": [{"index": 2, "id": "setup", "role": "setup", "source": "..."}, ...],

@@ -3,7 +3,7 @@
 Each shard (grader/batch.py ``prepare_shard``: one task of a Slurm job array or a Kubernetes Indexed
 Job) grades its students into a folder of its own; :func:`merge_shards` checks that the shards agree
 and builds the class's one gradebook, status files and autograded notebooks, as one local
-``autograde`` run would have left them. It sits above grader/autograde.py (whose ``merge`` it uses),
+``autograde`` run would have left them. It sits above grader/scoring.py (whose ``merge`` it uses),
 which sits above grader/batch.py (fingerprints, the split, the seed).
 """
 
@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 
 from . import ASSIGNMENT
-from .autograde import NotebookResult, merge
+from .results import NotebookResult
+from .scoring import merge
 from .batch import (BATCH_PARTS, MANIFEST, ShardError, _adopt_seed, _shard_folders, _short, batch_fingerprint,
                     invalidate, is_finished, shard_of, student_fingerprint, what_changed)
 from .course import COURSE_ID, Course, add_students, sync_assignment
@@ -23,7 +24,7 @@ from .course import COURSE_ID, Course, add_students, sync_assignment
 
 def _notebook_result(shard: Course, student: str, notebook: str, scratch: Path):
     """A NotebookResult as the shard merged it into its gradebook: every grade and comment, and a
-    scratch copy of its autograded notebook (grader.autograde.merge rewrites the file it is given)."""
+    scratch copy of its autograded notebook (grader.scoring.merge rewrites the file it is given)."""
     from nbgrader.api import Gradebook, MissingEntry
 
     result = NotebookResult(student, notebook, grades={})

@@ -25,7 +25,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from utils.notebook_cells import cell_source, grade_id, nbgrader_meta
+from utils.notebook_cells import cell_source, grade_id, is_graded, is_locked, nbgrader_meta
 
 from .bundle import without_pack_url
 
@@ -174,7 +174,7 @@ def prepare(path: Path, release_path: Path) -> Prepared:
     for gid, where in positions.items():
         if len(where) < 2:
             continue
-        if nbgrader_meta(released.get(gid, {})).get("locked") or nbgrader_meta(nb["cells"][where[0]]).get("locked"):
+        if is_locked(released.get(gid, {})) or is_locked(nb["cells"][where[0]]):
             drop.update(where[1:])
             out.notes.append(f"{len(where) - 1} copy(ies) of locked cell {gid} removed")
         else:
@@ -196,18 +196,18 @@ def prepare(path: Path, release_path: Path) -> Prepared:
             continue
         seen.add(gid)
         original = released[gid]
-        if nbgrader_meta(original).get("locked") and \
+        if is_locked(original) and \
                 without_pack_url(cell_source(cell)).strip() != without_pack_url(cell_source(original)).strip():
             out.tampered.append(f"edited locked cell {gid} (restored)")
-        if nbgrader_meta(cell) != nbgrader_meta(original) and not nbgrader_meta(original).get("locked"):
+        if nbgrader_meta(cell) != nbgrader_meta(original) and not is_locked(original):
             # e.g. an answer cell that claims points: nbgrader resets the metadata from the gradebook
             if {k: v for k, v in nbgrader_meta(cell).items() if k != "checksum"} != \
                {k: v for k, v in nbgrader_meta(original).items() if k != "checksum"}:
                 out.tampered.append(f"changed grading metadata of {gid} (restored)")
     for gid, original in released.items():
-        if gid not in seen and nbgrader_meta(original).get("grade") and nbgrader_meta(original).get("locked"):
+        if gid not in seen and is_graded(original) and is_locked(original):
             out.tampered.append(f"deleted test cell {gid} (restored)")
-        elif gid not in seen and nbgrader_meta(original).get("locked"):
+        elif gid not in seen and is_locked(original):
             out.tampered.append(f"deleted read-only cell {gid} (not restored: later cells may fail)")
         elif gid not in seen:
             out.notes.append(f"answer cell {gid} missing")
@@ -244,15 +244,14 @@ def release_view(nb: dict, release: dict) -> dict:
             if not isinstance(cell.get("metadata"), dict):
                 cell["metadata"] = {}
             cell["metadata"]["nbgrader"] = copy.deepcopy(nbgrader_meta(original))
-            if nbgrader_meta(original).get("locked"):
+            if is_locked(original):
                 cell["source"] = original["source"]
                 cell["cell_type"] = original["cell_type"]
         if cell.get("cell_type") == "code" and not isinstance(cell.get("outputs"), list):
             cell["outputs"], cell["execution_count"] = [], None
     for i, gid in enumerate(order):
         original = released[gid]
-        flags = nbgrader_meta(original)
-        if gid in seen or not (flags.get("locked") and flags.get("grade")):
+        if gid in seen or not (is_locked(original) and is_graded(original)):
             continue
         where = {grade_id(c): j for j, c in enumerate(out["cells"]) if grade_id(c)}
         after = next((where[prev] for prev in reversed(order[:i]) if prev in where), None)  # the nearest one

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from utils.notebook_cells import EXTENSION_TAG, RUBRIC_TAG, cell_source, drop_rubrics, is_extension, \
-    is_rubric, nbgrader_meta, notebook_cells  # noqa: F401 - EXTENSION_TAG, is_rubric: re-exported
+    is_rubric, is_written_answer, nbgrader_meta, notebook_cells  # noqa: F401 - EXTENSION_TAG, is_rubric: re-exported
 
 MAX_CORE_LINES = 150
 MAX_CORE_WRITTEN = 11
@@ -34,12 +34,6 @@ MAX_CORE_RULE_SHARE = 0.10
 
 _RUBRIC_HEAD = re.compile(r"^\*\*Rubric: `(?P<gid>[A-Za-z0-9_]+)` \((?P<pts>[0-9.]+) points?\)\*\*")
 _RUBRIC_ITEM = re.compile(r"^\s*[-*] \*\*(?P<pts>[0-9.]+) points?\*\*")
-
-def is_written_answer(cell: dict) -> bool:
-    """A manually graded answer: nbgrader grade + solution, markdown."""
-    m = nbgrader_meta(cell)
-    return bool(m.get("grade") and m.get("solution")) and cell.get("cell_type") == "markdown"
-
 
 def is_code_answer(cell: dict) -> bool:
     m = nbgrader_meta(cell)

@@ -197,7 +197,7 @@ def test_rubrics_never_reach_students():
 
 
 def test_autograde_puts_each_rubric_under_its_answer(tmp_path):
-    from grader.autograde import insert_rubrics
+    from grader.scoring import insert_rubrics
 
     source = SOLUTIONS / "task1_infonce.ipynb"
     rubrics = tiers.rubric_cells(source)
@@ -216,7 +216,8 @@ def test_autograde_puts_each_rubric_under_its_answer(tmp_path):
 def test_a_failed_notebook_step_is_a_reason_not_silence():
     """A step that cannot rewrite the executed notebook (here a malformed one) leaves the points alone and
     says so on the notebook's status for the TA."""
-    from grader.autograde import NotebookResult, insert_rubrics, notebook_step
+    from grader.results import NotebookResult
+    from grader.scoring import insert_rubrics, notebook_step
 
     result = NotebookResult("ann", "task1_infonce", grades={"test_info_nce_loss": (3.0, False)})
     notebook_step(result, "the rubrics under the written answers", insert_rubrics, {"cells": 5},

@@ -203,7 +203,8 @@ def _split_streams(nb: dict) -> dict:
 
 
 def _inspected(path):
-    from grader.autograde import NotebookResult, Settings, inspect_outputs
+    from grader.results import NotebookResult, Settings
+    from grader.fullrun import inspect_outputs
 
     result = NotebookResult("x", STEM)
     nb = json.loads(path.read_text())

@@ -821,7 +821,8 @@ def test_locked_cells_as_released_are_not_audited_but_edited_ones_are(tmp_path):
     import json
 
     from grader import ROOT
-    from grader.autograde import NotebookResult, audit_submission
+    from grader.results import NotebookResult
+    from grader.audit_step import audit_submission
 
     release_path = ROOT / "notebooks" / "ex01" / "task1_infonce.ipynb"
     release = json.loads(release_path.read_text())
@@ -887,7 +888,7 @@ def test_folding_still_sees_through_short_joins():
 
 def test_the_grader_runs_the_audit_in_a_child_process_with_the_same_findings():
     """run_audit (what autograde calls) reports exactly what audit_notebook reports in-process."""
-    from grader.autograde import run_audit
+    from grader.audit_step import run_audit
 
     cells = [_code(textwrap.dedent(snippet), f"c{i}") if i % 2 else _code(textwrap.dedent(snippet))
              for i, (snippet, _, _) in enumerate(HOSTILE[:60])]
@@ -902,7 +903,8 @@ def test_the_grader_runs_the_audit_in_a_child_process_with_the_same_findings():
 def test_an_audit_past_its_caps_marks_the_notebook_for_review():
     """Past the time or memory cap the child is stopped, the notebook is `review` with a reason that
     says the audit could not finish, and the grader goes on."""
-    from grader.autograde import NotebookResult, audit_submission
+    from grader.results import NotebookResult
+    from grader.audit_step import audit_submission
 
     slow = _nb(*[_code("x = [" + "1, " * 150_000 + "]\n") for _ in range(6)])      # a few seconds of parsing
     result = NotebookResult("student", "task1_infonce")

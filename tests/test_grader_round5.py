@@ -279,7 +279,8 @@ def test_the_page_cleaners_never_recurse_and_stay_safe(text):
 def test_the_seed_is_in_nothing_the_sandbox_can_read(tmp_path):
     """The session's plan (its stdin), its command line and its environment hold the case seeds it needs
     and never the batch's seed; its working folder holds only the student's notebook."""
-    from grader.autograde import NotebookResult, Settings, Job, session_command, session_plan
+    from grader.results import NotebookResult, Settings, Job
+    from grader.launch import session_command, session_plan
     from grader.submissions import release_view
     from grader.course import scratch_course
     from grader.mutants import student_copy
@@ -302,7 +303,9 @@ def test_the_seed_is_in_nothing_the_sandbox_can_read(tmp_path):
 
 def test_a_notebook_the_cleaner_cannot_handle_is_not_copied_and_stops_nothing(tmp_path, monkeypatch):
     from grader import autograde, feedback
-    from grader.autograde import NotebookResult, merge, write_notebook
+    from grader.results import NotebookResult
+    from grader.scoring import merge
+    from grader.fullrun import write_notebook
     from grader.course import add_students, scratch_course
 
     course, release, solution = scratch_course(tmp_path, SOLUTIONS / f"{STEM}.ipynb")
@@ -325,7 +328,7 @@ def test_a_notebook_the_cleaner_cannot_handle_is_not_copied_and_stops_nothing(tm
 
 
 def test_submitted_demo_outputs_are_capped_and_inert():
-    from grader.autograde import SUBMITTED_OUTPUTS, submitted_outputs
+    from grader.fullrun import SUBMITTED_OUTPUTS, submitted_outputs
     from fixtures.hostile import DEMO_MASK_OUTPUTS
 
     kept = submitted_outputs(DEMO_MASK_OUTPUTS, ("918273645",))
@@ -361,13 +364,13 @@ sys.stdout.flush()
 def test_a_broken_session_stream_voids_only_the_unfinished_notebooks_and_caps_drop_outputs(tmp_path, monkeypatch):
     import sys
 
-    from grader import autograde
+    from grader import launch
 
-    monkeypatch.setattr(autograde, "OUTPUT_BYTES", 10_000)
+    monkeypatch.setattr(launch, "OUTPUT_BYTES", 10_000)
     script = tmp_path / "fake_session.py"
     script.write_text(FAKE_SESSION)
-    records, _ = autograde.run_sandboxed([sys.executable, str(script)], {"notebooks": []}, workdir=tmp_path,
-                                         env=dict(os.environ), timeout=60, stems=["first", "second"])
+    records, _ = launch.run_sandboxed([sys.executable, str(script)], {"notebooks": []}, workdir=tmp_path,
+                                      env=dict(os.environ), timeout=60, stems=["first", "second"])
     kinds = [(r.get("kind"), r.get("stem")) for r in records]
     assert ("notebook_done", "first") in kinds and ("case", "first") in kinds
     assert ("notebook_void", "second") in kinds and ("notebook_void", "first") not in kinds

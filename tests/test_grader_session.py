@@ -39,7 +39,8 @@ def _grade(course, submissions: dict[str, dict], **settings) -> dict:
     from pathlib import Path
 
     from grader import judge as judging
-    from grader.autograde import Settings, apply_verdict, grade_student  # noqa: F401
+    from grader.autograde import grade_student
+    from grader.results import Settings
     from grader.course import add_students
 
     course_, release, solution = course
@@ -107,7 +108,7 @@ def test_light_and_full_give_the_same_points(light_and_full):
 
 
 def test_light_run_shows_the_submitted_demo_outputs_with_a_note(light_and_full):
-    from grader.autograde import DEMO_NOTE
+    from grader.launch import DEMO_NOTE
 
     executed = light_and_full["light"]["right"][1]
     texts = ["".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", [])]
@@ -121,7 +122,7 @@ def test_light_run_shows_the_submitted_demo_outputs_with_a_note(light_and_full):
 
 
 def test_full_run_executes_every_cell(light_and_full):
-    from grader.autograde import DEMO_NOTE
+    from grader.launch import DEMO_NOTE
 
     executed = light_and_full["full"]["right"][1]
     texts = ["".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", [])]

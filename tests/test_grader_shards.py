@@ -341,7 +341,7 @@ def test_shards_starting_at_once_agree_on_one_judge_seed(tmp_path, monkeypatch):
 
 
 def test_a_changed_submission_assignment_or_seed_is_not_finished(tmp_path):
-    from grader.autograde import Settings
+    from grader.results import Settings
     from grader.batch import batch_fingerprint, grade_settings, is_finished, student_fingerprint
     from grader.course import Course
 

@@ -216,9 +216,9 @@ def test_tiers_is_a_verb_of_the_command_line(capsys):
 
 
 def test_command_line_docstring_names_every_status():
-    """The statuses ``python -m grader --help`` lists are the grader's (grader/autograde.py STATUS_ORDER)."""
+    """The statuses ``python -m grader --help`` lists are the grader's (grader/results.py STATUS_ORDER)."""
     import grader.__main__ as cli
-    from grader.autograde import STATUS_ORDER
+    from grader.results import STATUS_ORDER
 
     listed = cli.__doc__.split("Statuses", 1)[1].split("Every verb", 1)[0]
     listed = re.sub(r"\([^)]*\)", "", listed)   # the explanations in brackets
@@ -304,7 +304,8 @@ def test_the_memory_cap_reaches_the_sandbox_as_one_limits_object(tmp_path):
     import sys
 
     from grader import ROOT
-    from grader.autograde import Settings, session_command, session_limits
+    from grader.results import Settings, session_limits
+    from grader.launch import session_command
     from grader.process import LIMITS_ENV, Limits
 
     settings = Settings(mem_gb=0.25, sandbox="none")

@@ -64,7 +64,7 @@ def test_a_stamped_or_student_set_pack_url_is_no_setup_tampering(tmp_path):
 
     from conftest import SOLUTIONS
     from utils.hosted_install import SETUP_BOOTSTRAP
-    from grader.autograde import instructor_cells_as_released
+    from grader.audit_step import instructor_cells_as_released
     from grader.bundle import PACK_URL_LINE, stamp_pack_url, without_pack_url
     from grader.mutants import student_copy
     from grader.submissions import prepare

@@ -296,9 +296,15 @@ def private_uses(source: str, module: str = "grader.autograde") -> list[str]:
     return found
 
 
+#: The batch's modules: grader.autograde and the steps it runs.
+BATCH_MODULES = ("grader.autograde", "grader.results", "grader.launch", "grader.audit_step", "grader.fullrun",
+                 "grader.scoring", "grader.progress")
+
+
 def test_no_test_reaches_into_the_batchs_private_names():
-    """The tests hold grader.autograde to its public functions, so its insides can be rearranged."""
-    offenders = {p.name: private_uses(p.read_text(encoding="utf-8")) for p in sorted((ROOT / "tests").rglob("*.py"))}
+    """The tests hold the batch's modules to their public functions, so their insides can be rearranged."""
+    offenders = {f"{p.name} -> {module}": private_uses(p.read_text(encoding="utf-8"), module)
+                 for p in sorted((ROOT / "tests").rglob("*.py")) for module in BATCH_MODULES}
     assert not {name: uses for name, uses in offenders.items() if uses}
 
 
@@ -307,3 +313,16 @@ def test_no_test_reaches_into_the_batchs_private_names():
                                   "import grader.autograde as ag\nag._Job\n"])
 def test_the_private_name_scan_catches_a_planted_use(code):
     assert private_uses(code)
+
+
+def test_the_batch_stays_small_enough_to_read():
+    """grader/autograde.py holds the batch only (at most 450 lines, ``autograde()`` at most 60); each step it
+    runs lives in a module of its own (BATCH_MODULES), each with a docstring that says what it does."""
+    path = ROOT / "grader" / "autograde.py"
+    source = path.read_text(encoding="utf-8")
+    assert len(source.splitlines()) <= 450
+    fn = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "autograde")
+    assert fn.end_lineno - fn.lineno + 1 <= 60
+    for module in BATCH_MODULES:
+        tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text(encoding="utf-8"))
+        assert ast.get_docstring(tree), f"{module} has no module docstring"

@@ -262,3 +262,20 @@ def test_readme_names_the_same_model_suite_words():
     for word in ('`"auto"`', '`"hub"`', '`"mini"`'):
         assert word in paragraph
     assert '"pythia"' not in paragraph
+
+
+def test_the_cell_model_names_each_kind_of_graded_cell():
+    """is_locked / is_test / is_written_answer (utils/notebook_cells.py) on the release's own cells: every test
+    cell is locked code with points, every written answer is a markdown solution with points, and the answer
+    cells (code solutions without points) are neither."""
+    from utils.notebook_cells import cell_role, is_graded, is_locked, is_manually_graded, is_test, is_written_answer
+
+    nb = json.loads((REPO / "notebooks" / "ex01" / "task1_infonce.ipynb").read_text(encoding="utf-8"))
+    roles = [cell_role(c) for c in nb["cells"]]
+    assert [is_test(c) for c in nb["cells"]] == [r == "test" for r in roles]
+    assert [is_written_answer(c) for c in nb["cells"]] == [r == "written" and is_graded(c) for r, c in zip(roles, nb["cells"])]
+    assert sum(is_test(c) for c in nb["cells"]) >= 4 and sum(is_written_answer(c) for c in nb["cells"]) >= 2
+    assert all(is_locked(c) for c in nb["cells"] if is_test(c))
+    assert not any(is_locked(c) or is_graded(c) for c in nb["cells"] if cell_role(c) == "answer")
+    code_answer = {"cell_type": "code", "metadata": {"nbgrader": {"grade": True, "solution": True}}, "source": ""}
+    assert is_manually_graded(code_answer) and not is_written_answer(code_answer) and not is_test(code_answer)

@@ -55,6 +55,32 @@ def cell_source(cell) -> str:
     return src if isinstance(src, str) else ""
 
 
+def is_locked(cell) -> bool:
+    """A cell nbgrader restores as released when it grades (the task text, setup, given code, tests)."""
+    return bool(nbgrader_meta(cell).get("locked"))
+
+
+def is_graded(cell) -> bool:
+    """A cell that carries points: an autograded test or a manually graded answer."""
+    return bool(nbgrader_meta(cell).get("grade"))
+
+
+def is_test(cell) -> bool:
+    """An autograded test cell: code with points and no solution region."""
+    return cell.get("cell_type") == "code" and is_graded(cell) and not nbgrader_meta(cell).get("solution")
+
+
+def is_manually_graded(cell) -> bool:
+    """An answer the TA grades: points and a solution region (a written answer, or such a code cell)."""
+    meta = nbgrader_meta(cell)
+    return bool(meta.get("grade") and meta.get("solution"))
+
+
+def is_written_answer(cell) -> bool:
+    """A manually graded answer in markdown: what the student writes in words."""
+    return cell.get("cell_type") == "markdown" and is_manually_graded(cell)
+
+
 def is_rubric(cell) -> bool:
     return RUBRIC_TAG in cell_tags(cell)
 

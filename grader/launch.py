@@ -1,0 +1,180 @@
+"""Start one student's sandboxed grading session (grader/session.py) and collect its records.
+
+The plan the session reads on stdin (:func:`session_plan`: per notebook the cells of its full run and the
+judge's plan), the command that starts it in the sandbox (:func:`session_command`), and the reader of its
+numbered records with the caps on what one session may send (:func:`run_sandboxed`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from .course import Course
+from . import judge as judging
+from .sandbox import join_cgroup, protections
+from utils.notebook_cells import cell_role, cell_source, grade_id
+from .results import Job, Settings, session_limits
+
+
+def session_cells(graded: dict, release: dict, mode: str = "light") -> list[dict]:
+    """The code cells the full run executes, in order: index (position in ``graded``), id, role, source.
+
+    A cell that is exactly one of the release's given cells (the course's demonstrations: training
+    runs, ablations, plots) has role ``demo``: in the ``light`` mode the full run runs only its
+    definitions, and the notebook shows the outputs the student submitted for it (:func:`_demo_outputs`).
+    Every other code cell (setup, answers, tests, and any cell the student wrote or edited) runs in full."""
+    text = cell_source
+    demos = {text(c).strip() for c in release["cells"] if c.get("cell_type") == "code" and cell_role(c) == "given"}
+    cells = []
+    for i, cell in enumerate(graded["cells"]):
+        if cell.get("cell_type") != "code":
+            continue
+        role = cell_role(cell)
+        if role == "given":
+            role = "demo" if mode == "light" and text(cell).strip() in demos else "answer"
+        cells.append({"index": i, "id": grade_id(cell) or f"cell {i + 1}", "role": role, "source": text(cell)})
+    return cells
+
+
+#: The first output of a demonstration cell the light full run did not execute.
+DEMO_NOTE = ("[grader] The course's demonstration code in this cell was not re-run by the autograder (it grades "
+             "no point: the judge grades your functions). The outputs below are the ones you submitted.\n")
+
+
+def session_plan(jobs: list[Job], settings: Settings, threads: int) -> dict:
+    """What the sandboxed session gets on stdin: per notebook its cells and the judge's plan with the
+    per-case seeds. The run's label is its index, never the batch's seed: nothing in the sandbox holds
+    the seed (a stack walk in a notebook once printed it into the feedback)."""
+    notebooks = []
+    for job in jobs:
+        runs = [{"label": i, "case_seeds": run["case_seeds"]}
+                for i, run in enumerate(judging.case_runs([settings.seed or 0], job.notebook))]
+        notebooks.append({"stem": job.notebook, "cells": session_cells(job.graded, job.release, settings.full_run), "judge": {
+            "runs": runs, "isolate": "case", "case_timeout": settings.cell_timeout,
+            "budget": settings.judge_budget, "load_seconds": settings.load_seconds,
+            "statement_seconds": min(30, settings.load_seconds), "groups": judging.case_groups(job.notebook),
+            "variants": {"student": judging.notebook_cells(job.release, job.graded)}}})
+    return {"notebooks": notebooks, "cell_timeout": settings.cell_timeout, "threads": threads,
+            "notebook_timeout": settings.notebook_timeout, "judge_budget": settings.judge_budget,
+            "max_output_lines": settings.max_output_lines, "setup_seconds": SETUP_SECONDS,
+            "full_run": settings.full_run}
+
+
+def session_command(settings: Settings, work: Path, threads: int) -> tuple[list[str], dict]:
+    """(argv, environment) that start one student's session in the sandbox."""
+    from .sandbox import session_prefix
+
+    env = judging._harness_env(threads)
+    env.update(session_limits(settings).to_env())
+    prefix = session_prefix(settings.mode(), work, env, overlay=protections()["overlay"])
+    outer_env = dict(env) if not prefix or prefix[0] != "bwrap" else {"PATH": os.environ.get("PATH", "")}
+    return [*prefix, sys.executable, "-m", "grader.session", "-"], outer_env
+
+
+def run_session(student: str, jobs: list[Job], settings: Settings, scratch: Path, course: Course,
+                 cgroup) -> tuple[list[dict], str]:
+    """Run grader/session.py for ``jobs`` in the student's sandbox; (records, the tail of its stderr)."""
+    work = scratch / "session" / "work"
+    work.mkdir(parents=True)
+    for job in jobs:   # what the student's code sees in its working folder: its own notebooks
+        shutil.copy(course.folder("submitted", student) / f"{job.notebook}.ipynb", work / f"{job.notebook}.ipynb")
+    threads = settings.threads()
+    plan = session_plan(jobs, settings, threads)
+    cmd, env = session_command(settings, work, threads)
+    # the session keeps each notebook to its limits itself; this is the backstop
+    timeout = 60 + len(jobs) * (settings.notebook_timeout + settings.judge_budget + SETUP_SECONDS)
+    return run_sandboxed(cmd, plan, workdir=work, env=env, timeout=timeout,
+                         preexec_fn=join_cgroup(cgroup), stems=[job.notebook for job in jobs])
+
+
+#: Full-run outputs kept per student session: past this, a cell's outputs are replaced by a note (the
+#: judge's records still count). Caps drop output, never grades.
+OUTPUT_BYTES = 64 * 1024 ** 2
+#: Everything else one session may send (the judge's records): past this the session is stopped, and
+#: only the notebooks it had finished count.
+RECORD_BYTES = 1024 ** 3
+
+
+def run_sandboxed(cmd: list[str], plan: dict, *, workdir: Path, env: dict, timeout: float, preexec_fn=None,
+                  stems: list[str] = ()) -> tuple[list[dict], str]:
+    """Run one session (``cmd``, the plan on stdin) and collect its numbered records; (records, the tail
+    of its stderr). Records count only in sequence (0, 1, 2, ...): at the first break (a forged or
+    lost record, a session killed at the backstop ``timeout``), every notebook that had not sent its
+    ``notebook_done`` gets a ``notebook_void`` record; the notebooks before it stand."""
+    records: list[dict] = []
+    problem = ""
+    with tempfile.TemporaryFile(dir=workdir) as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE,
+                                cwd=workdir, env=env, start_new_session=True, preexec_fn=preexec_fn)
+        timer = threading.Timer(timeout, judging._kill_group, args=(proc,))
+        timer.start()
+        try:
+            proc.stdin.write(json.dumps(plan).encode())
+            proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+        outputs = others = 0
+        try:
+            while True:
+                line = proc.stdout.readline(judging.MAX_RECORD_BYTES + 1)
+                if not line:
+                    break
+                if len(line) > judging.MAX_RECORD_BYTES or not line.endswith(b"\n"):
+                    problem = "the session sent a record longer than the grader accepts"
+                    break
+                try:
+                    rec = json.loads(line)
+                except (ValueError, RecursionError):
+                    rec = None
+                if not isinstance(rec, dict) or rec.get("seq") != len(records):
+                    problem = f"record {len(records)} is out of sequence (a forged, lost or malformed record)"
+                    break
+                if rec.get("kind") == "cell":
+                    outputs += len(line)
+                    if outputs > OUTPUT_BYTES:
+                        rec["outputs"] = [{"output_type": "stream", "name": "stderr", "text":
+                                           f"[grader] The outputs of this cell were dropped: the notebooks printed "
+                                           f"more than {OUTPUT_BYTES >> 20} MiB in all\n"}]
+                else:
+                    others += len(line)
+                    if others > RECORD_BYTES:
+                        problem = f"the session sent more than {RECORD_BYTES >> 20} MiB of records"
+                        break
+                records.append(rec)
+        finally:
+            timer.cancel()
+            if problem:
+                judging._kill_group(proc)
+            try:
+                returncode = proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                judging._kill_group(proc)
+                returncode = proc.wait()
+            judging._kill_group(proc)  # whatever the run left behind
+        err.seek(0, 2)
+        size = err.tell()
+        err.seek(max(0, size - 4000))
+        tail = err.read().decode("utf-8", "replace")
+    if not problem:
+        if not records or records[-1].get("kind") != "done":
+            problem = "the session did not finish (killed at the grader's time limit, or it crashed)"
+        elif returncode != 0:
+            problem = f"the session exited with status {returncode}"
+    if problem:
+        finished = {r.get("stem") for r in records if r.get("kind") in ("notebook_done", "notebook_void")}
+        records += [{"kind": "notebook_void", "stem": stem, "problem": problem} for stem in stems
+                    if stem not in finished]
+    return records, tail
+
+
+#: A session's memory cgroup holds ``mem_gb`` (each process's own cap) plus this, for the libraries
+#: every process of the session maps (torch, transformers) and the page cache it fills.
+SESSION_MEMORY = 4 * 1024 ** 3
+#: Seconds a notebook's setup cell (imports, the model suite) may take inside a session.
+SETUP_SECONDS = 120

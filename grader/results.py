@@ -1,0 +1,143 @@
+"""What grading a notebook and a student produces: the settings of a run, each notebook's result, the
+statuses (worst first) and the status files the TA reads (grading/status/<student>.json)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .course import Course
+from .sandbox import cgroup_protections, nproc_limit, protections
+from .process import Limits
+
+
+STATUS_ORDER = ["unreadable", "kernel died", "timed out", "tampered", "review", "graded"]
+
+
+@dataclass
+class Settings:
+    """Limits of one autograde run."""
+
+    cell_timeout: int = 60           # seconds per cell (nbgrader interrupts the cell, goes on), and per judge case
+    notebook_timeout: int = 180      # hard wall limit of one notebook's full run (session hung, interrupt ignored)
+    mem_gb: float = 6.0              # the memory cap of each student's grading session
+    workers: int = 1
+    sandbox: str = "auto"            # auto | bwrap | unshare | none
+    max_output_lines: int = 1000
+    session_threads: int = 0         # torch/BLAS threads per grading session (0: CPU cores / workers)
+    seed: int | None = None          # the judge's input seed (None: the grading folder's own, see judge_seed)
+    judge_budget: int = 120          # one notebook's judge run: loading its top-level code and every case
+    load_seconds: int = 60           # of which, at most, running the student's top-level statements (each at most 30 s)
+    full_run: str = "light"          # light: the course's demonstration cells run their definitions only; full: every cell
+
+    def threads(self) -> int:
+        return self.session_threads or max(1, (os.cpu_count() or 1) // max(1, self.workers))
+
+    def mode(self) -> str:
+        if self.sandbox != "auto":
+            return self.sandbox
+        prot = protections()
+        return "bwrap" if prot["bwrap"] else "unshare" if prot["network"] else "none"
+
+    def protections(self) -> dict[str, bool]:
+        prot = dict(protections())
+        mode = self.mode()
+        prot["filesystem"] = mode == "bwrap"
+        prot["network"] = mode in ("bwrap", "unshare")
+        groups = cgroup_protections()
+        prot["cpu_cgroup"], prot["memory_cgroup"] = groups["cpu"], groups["memory"]
+        return prot
+
+
+@dataclass
+class NotebookResult:
+    student: str
+    notebook: str
+    status: str = "graded"
+    reasons: list[str] = field(default_factory=list)
+    grades: dict = field(default_factory=dict)      # grade_id -> (auto_score, needs_manual_grade)
+    comments: dict = field(default_factory=dict)    # grade_id -> auto_comment
+    autograded: Path | None = None                  # the executed notebook (in the scratch course)
+    seconds: float = 0.0
+    log: str = ""
+    score: float = 0.0
+    max_score: float = 0.0
+    scratch: Path | None = None
+    infra: bool = False                             # no sandbox started: the grader's fault
+    full_run_ok: bool = False
+    verdict: object = None                          # the judge's Verdict
+    audit: list = field(default_factory=list)       # static audit findings (grader/audit.py)
+    full_run_reason: str = ""                       # why the full run failed (feedback's note), "" if it did not
+
+
+def _worst(statuses) -> str:
+    statuses = list(statuses) or ["graded"]
+    return min(statuses, key=STATUS_ORDER.index)
+
+
+def session_limits(settings: Settings) -> Limits:
+    """The setrlimit caps of a student's session, per process (grader/process.py ``Limits``)."""
+    return Limits(mem_bytes=int(settings.mem_gb * 1024 ** 3), fsize_bytes=2 * 1024 ** 3,
+                  nproc=None if os.getuid() == 0 else nproc_limit())   # root: the pids cgroup caps it
+
+
+@dataclass
+class Job:
+    """One readable notebook of a student's session: as graded, and where its results go."""
+    notebook: str
+    graded: dict          # the submission with the release's locked cells restored
+    release: dict
+    result: NotebookResult
+
+
+def worse_status(a: str, b: str) -> str:
+    return min(a, b, key=STATUS_ORDER.index)
+
+
+def _notebook_status(res: NotebookResult) -> dict:
+    return {"status": res.status, "reasons": res.reasons, "score": res.score,
+            "max_score": res.max_score, "seconds": round(res.seconds, 1),
+            "judge": res.verdict.to_json() if res.verdict is not None else None,
+            # the judge's report of each test cell, as the feedback shows it
+            "reports": {cell: res.verdict.cell_report(cell) for cell in
+                        res.verdict.points} if res.verdict is not None else None,
+            "full_run_reason": res.full_run_reason,
+            "audit": res.audit,
+            # what nbgrader printed when the full run failed: the TA's
+            # first stop when a status says "look at it by hand"
+            "full_run_log": "" if res.full_run_ok else res.log[-4000:]}
+
+
+def record_statuses(course: Course, results: dict[str, list[NotebookResult]], prot: dict,
+                    update: bool = False, fingerprints: dict[str, dict] | None = None) -> dict[str, dict]:
+    """Write grading/status/<student>.json for every student of ``results``; with ``update`` the
+    notebooks graded before (nbgrader's autograde button grades one notebook at a time) are kept.
+    ``fingerprints`` (grader/batch.py) marks students as finished; a status without one (``update``,
+    a grader failure) is graded again by the next batch."""
+    statuses = {}
+    for s, per_nb in results.items():
+        collected = course.read_json("collect", s)
+        notebooks = dict(course.read_json("status", s).get("notebooks", {})) if update else {}
+        notebooks.update({res.notebook: _notebook_status(res) for res in per_nb})
+        notebooks = dict(sorted(notebooks.items()))
+        reasons = list(dict.fromkeys(list(collected.get("problems", [])) +
+                                     [r for nb in notebooks.values() for r in nb.get("reasons", [])]))
+        worst = _worst([nb.get("status", "graded") for nb in notebooks.values()] +
+                       (["unreadable"] if collected.get("unreadable") else []))
+        status = {
+            "student": s,
+            "status": worst,
+            "reason": "; ".join(reasons),
+            "notebooks": notebooks,
+            "score": sum(nb.get("score", 0.0) for nb in notebooks.values()),
+            "max_score": sum(nb.get("max_score", 0.0) for nb in notebooks.values()),
+            "protections": prot,
+            "graded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        if fingerprints and s in fingerprints:
+            status["fingerprint"] = fingerprints[s]
+        course.write_json("status", s, status)
+        statuses[s] = status
+    return statuses

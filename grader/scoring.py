@@ -1,0 +1,182 @@
+"""The judge's points into the gradebook: the verdict from the session's records, the steps that put the
+judge's reports and the rubrics into the executed notebook, and the merge into nbgrader's gradebook."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+from . import ASSIGNMENT
+from .course import COURSE_ID, Course
+from . import judge as judging
+from utils.notebook_cells import grade_id, is_manually_graded
+from .fullrun import write_notebook
+from .results import Job, NotebookResult, Settings, worse_status
+
+
+def judge_verdict(job: Job, records: list[dict], tail: str, settings: Settings, reference: dict | None):
+    """The judge's verdict on the session's evidence for this notebook; None without a reference."""
+    if reference is None:
+        return None
+    result, notebook, release = job.result, job.notebook, job.release
+    secrets = (str(settings.seed or 0), *(str(v) for v in judging.case_runs([settings.seed or 0], notebook)[0]["case_seeds"].values()))
+    void = next((str(r.get("problem")) for r in records if r.get("kind") in ("void", "notebook_void")), "")
+    if void:
+        records = [{"kind": "void", "problem": void}]
+    cases, header = judging.by_case(records, "student")
+    void = judging.void_problem(records)
+    if void:
+        result.status = worse_status(result.status, "review")
+        result.reasons.append(f"{notebook}: the judge discarded every check ({void}); 0 autograded points; "
+                              "look at it by hand")
+    elif not cases:
+        result.reasons.append(f"{notebook}: the judge got no evidence (the probe run failed: "
+                              f"{tail.strip().splitlines()[-1][:200] if tail.strip() else 'no output'})")
+    verdict = judging.judge(notebook, cases, reference, judging.points_per_test_cell(release), header, secrets)
+    timed = sorted({c.cell for c in verdict.cases if not c.passed and "did not finish" in c.message})
+    if timed:
+        # the light full run does not call the functions: a function that hangs shows here
+        result.status = worse_status(result.status, "timed out")
+        result.reasons.append(f"{notebook}: checks of {', '.join(timed)} ran past their time limit (0 for those checks)")
+    cell_of = {case.probe: case.cell for case in judging.load_cases(notebook)}
+    died = sorted({cell_of[name] for name, rec in cases.items() if rec.get("status") == "died" and name in cell_of})
+    if died:
+        result.status = worse_status(result.status, "kernel died")
+        result.reasons.append(f"{notebook}: checks of {', '.join(died)} ended their grading process (os._exit, a crash "
+                              f"or the {settings.mem_gb:g} GB memory cap; 0 for those checks)")
+    budget = sorted({c.cell for c in verdict.cases if not c.passed and "was used up" in c.message})
+    if budget:
+        result.status = worse_status(result.status, "timed out")
+        result.reasons.append(f"{notebook}: the judge's {settings.judge_budget} s for this notebook ran out before the "
+                              f"checks of {', '.join(budget)} (0 for those checks)")
+    if verdict.dropped:
+        shown = "; ".join(verdict.dropped[:5]) + (f"; and {len(verdict.dropped) - 5} more" if len(verdict.dropped) > 5 else "")
+        result.reasons.append(f"{notebook}: the judge could not run {shown}")
+        if any(e.get("kind") in ("timeout", "died", "budget") for e in header.get("not_run", []) if isinstance(e, dict)):
+            result.status = worse_status(result.status, "timed out")
+    if verdict.tampered:
+        result.status = worse_status(result.status, "review")
+        result.reasons.append(f"{notebook}: {verdict.tampered}; the judge discarded the checks after it")
+    return verdict
+
+
+def apply_verdict(course, notebook, verdict, executed: dict | None, result) -> None:
+    """The judge's points replace whatever nbgrader read from the test cells' outputs; the executed notebook
+    (``executed``, None when nothing ran) gets the judge's reports and the rubrics, in place."""
+    manual = dict(result.grades or {})
+    result.grades = {}
+    if verdict is None:
+        result.grades = None
+        return
+    release = json.loads((course.release / f"{notebook}.ipynb").read_text(encoding="utf-8"))
+    for cell in release["cells"]:
+        if is_manually_graded(cell):     # a written answer: the TA grades it
+            result.grades[grade_id(cell)] = manual.get(grade_id(cell), (None, True))
+    for cell, pts in verdict.points.items():
+        result.grades[cell] = (pts, False)
+        result.comments[cell] = verdict.cell_report(cell)
+    result.verdict = verdict
+    if executed is not None:
+        notebook_step(result, "the judge's report under each test cell", annotate_reports, executed, verdict)
+        notebook_step(result, "the rubrics under the written answers", insert_rubrics, executed,
+                       course.source / f"{notebook}.ipynb")
+
+
+def notebook_step(result: NotebookResult, what: str, step, *args) -> None:
+    """Run one step that rewrites the executed notebook: a failure is a reason on the notebook's status
+    for the TA, never silent, and never costs a point."""
+    try:
+        step(*args)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        result.status = worse_status(result.status, "review")
+        result.reasons.append(f"{result.notebook}: {what} could not be added to the executed notebook "
+                              f"({exc.__class__.__name__}: {str(exc)[:120]}); the points stand")
+
+
+def annotate_reports(nb: dict, verdict) -> None:
+    """Put the judge's per-case report under each test cell of the executed notebook ``nb`` (feedback)."""
+    for cell in nb["cells"]:
+        gid = grade_id(cell)
+        if gid in verdict.points and cell.get("cell_type") == "code":
+            cell.setdefault("outputs", []).append(
+                {"output_type": "stream", "name": "stdout", "text": verdict.cell_report(gid) + "\n"})
+
+
+def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
+    """Write one job's scores into the real gradebook and copy its executed notebook; returns
+    (autograded score, autograded max) of that notebook."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    dest = course.folder("autograded", result.student) / f"{result.notebook}.ipynb"
+    with Gradebook(course.db_url, COURSE_ID) as gb:
+        try:
+            gb.find_submission(ASSIGNMENT, result.student)
+        except MissingEntry:
+            with warnings.catch_warnings():  # nbgrader's add_submission trips a harmless SQLAlchemy warning
+                warnings.simplefilter("ignore")
+                gb.add_submission(ASSIGNMENT, result.student)
+        sub = gb.find_submission_notebook(result.notebook, ASSIGNMENT, result.student)
+        score = max_score = 0.0
+        for grade in sub.grades:
+            cell = grade.cell
+            if result.grades is None:           # unreadable, died, timed out, missing: zero, say why
+                grade.auto_score, grade.needs_manual_grade = 0.0, False
+            else:
+                auto, needs = result.grades.get(cell.name, (0.0, False))
+                grade.auto_score, grade.needs_manual_grade = auto, needs
+            autograded_test = not getattr(cell, "cell_type", None) == "markdown" and not _is_manual(gb, cell)
+            if autograded_test:
+                score += grade.auto_score or 0.0
+                max_score += grade.max_score
+        for comment in sub.comments:
+            if result.grades is not None and comment.cell.name in result.comments:
+                comment.auto_comment = result.comments[comment.cell.name]
+        gb.db.commit()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.is_symlink() or (dest.exists() and not dest.is_file()):
+        dest.unlink()
+    if result.autograded is not None and result.autograded.is_file() and not result.autograded.is_symlink():
+        from .feedback import strip_active_outputs
+
+        # formgrader shows this copy in the TA's browser: nothing of the student's may run there. A
+        # notebook that cannot be cleaned (whatever the reason) is not copied: the TA reads the reason.
+        try:
+            executed = json.loads(result.autograded.read_text(encoding="utf-8"))
+            write_notebook(result.autograded, strip_active_outputs(executed))
+            shutil.copyfile(result.autograded, dest, follow_symlinks=False)
+        except Exception as exc:  # noqa: BLE001 - one student's content never stops the batch
+            dest.unlink(missing_ok=True)
+            result.reasons.append(f"{result.notebook}: the executed notebook could not be made safe to show "
+                                  f"({exc.__class__.__name__}); it is not in autograded/, look at the submission by hand")
+            result.status = worse_status(result.status, "review")
+    elif dest.exists():
+        dest.unlink()  # never leave an older run's notebook behind for feedback
+    return score, max_score
+
+
+def _is_manual(gb, cell) -> bool:
+    """A manually graded answer is a grade cell that is also a solution cell."""
+    from nbgrader.api import SolutionCell
+
+    return gb.db.query(SolutionCell).filter(SolutionCell.name == cell.name,
+                                            SolutionCell.notebook_id == cell.notebook_id).count() > 0
+
+
+def insert_rubrics(nb: dict, source: Path) -> None:
+    """Put each written answer's rubric (from the source notebook, grader/tiers.py) directly under the
+    student's answer in the autograded notebook, where the TA grades it in formgrader. Cells a student
+    tagged ``rubric`` are dropped first; feedback drops every rubric cell again (feedback.sanitise).
+    In place; raises on a malformed notebook (the caller makes it a reason on the status)."""
+    from .tiers import RUBRIC_TAG, rubric_cells, strip_rubrics
+
+    rubrics = rubric_cells(source)
+    cells = []
+    for cell in strip_rubrics(nb)["cells"]:
+        cells.append(cell)
+        gid = grade_id(cell)
+        if gid in rubrics and cell.get("cell_type") == "markdown":
+            cells.append({"cell_type": "markdown", "metadata": {"tags": [RUBRIC_TAG]},
+                          "source": rubrics.pop(gid)})
+    nb["cells"] = cells
