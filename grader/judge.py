@@ -21,7 +21,6 @@ import importlib
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,6 +34,7 @@ from . import ROOT
 from .course import write_atomic
 from .cases import CASE_KINDS, Case, case_kind  # noqa: F401 - re-exported: the case table's leaf module
 from .evidence import EvidenceError, Raised, decode
+from .process import kill_group, plan_process
 
 MAX_RECORD_BYTES = 30 * 1024 ** 2
 MAX_TOTAL_BYTES = 400 * 1024 ** 2
@@ -134,49 +134,28 @@ def run_harness(plan: dict, *, workdir: Path, command_prefix: list[str] | None =
     cmd = [*(command_prefix or []), sys.executable, "-m", module, "-"]   # grader.probe or grader.session
     full_env = _harness_env(threads) if env is None else env
     records: list[dict] = []
-    with tempfile.TemporaryFile(dir=workdir) as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE,
-                                cwd=workdir, env=full_env, start_new_session=True, preexec_fn=preexec_fn)
-        timer = threading.Timer(timeout, _kill_group, args=(proc,))
-        timer.start()
-        try:
-            proc.stdin.write(json.dumps(plan).encode())
-            proc.stdin.close()
-        except (BrokenPipeError, OSError):
-            pass
+    with plan_process(cmd, plan, workdir=workdir, env=full_env, timeout=timeout, preexec_fn=preexec_fn) as (proc, run):
         total = 0
-        try:
-            while True:
-                line = proc.stdout.readline(MAX_RECORD_BYTES + 1)
-                if not line:
-                    break
-                total += len(line)
-                if total > MAX_TOTAL_BYTES:
-                    _kill_group(proc)
-                    break
-                if len(line) > MAX_RECORD_BYTES or not line.endswith(b"\n"):
-                    # an over-long record: skip the rest of it
-                    while line and not line.endswith(b"\n"):
-                        line = proc.stdout.readline(1 << 20)
-                    continue
-                try:
-                    rec = json.loads(line)
-                except (ValueError, RecursionError):
-                    continue
-                if isinstance(rec, dict):
-                    records.append(rec)
-        finally:
-            timer.cancel()
+        while True:
+            line = proc.stdout.readline(MAX_RECORD_BYTES + 1)
+            if not line:
+                break
+            total += len(line)
+            if total > MAX_TOTAL_BYTES:
+                kill_group(proc)
+                break
+            if len(line) > MAX_RECORD_BYTES or not line.endswith(b"\n"):
+                # an over-long record: skip the rest of it
+                while line and not line.endswith(b"\n"):
+                    line = proc.stdout.readline(1 << 20)
+                continue
             try:
-                returncode = proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-                returncode = proc.wait()
-            _kill_group(proc)  # whatever the run left behind
-        err.seek(0, 2)
-        size = err.tell()
-        err.seek(max(0, size - 4000))
-        tail = err.read().decode("utf-8", "replace")
+                rec = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(rec, dict):
+                records.append(rec)
+    returncode, tail = run["returncode"], run["tail"]
     problem = stream_problem(records, returncode)
     if problem:
         # nothing of a run whose stream was tampered with or cut short is evidence
@@ -213,15 +192,6 @@ def stream_problem(records: list[dict], returncode: int | None) -> str:
 
 def void_problem(records: list[dict]) -> str:
     return next((str(r.get("problem")) for r in records if r.get("kind") == "void"), "")
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    import signal
-
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 def by_case(records: list[dict], variant: str, seed: int | None = None) -> tuple[dict[str, dict], dict]:

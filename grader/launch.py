@@ -9,16 +9,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
-import threading
 from pathlib import Path
 
 from .course import Course
 from . import judge as judging
 from .sandbox import join_cgroup, protections
 from utils.notebook_cells import cell_role, cell_source, grade_id
+from .process import kill_group, plan_process
 from .results import Job, Settings, session_limits
 
 
@@ -109,58 +107,37 @@ def run_sandboxed(cmd: list[str], plan: dict, *, workdir: Path, env: dict, timeo
     ``notebook_done`` gets a ``notebook_void`` record; the notebooks before it stand."""
     records: list[dict] = []
     problem = ""
-    with tempfile.TemporaryFile(dir=workdir) as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE,
-                                cwd=workdir, env=env, start_new_session=True, preexec_fn=preexec_fn)
-        timer = threading.Timer(timeout, judging._kill_group, args=(proc,))
-        timer.start()
-        try:
-            proc.stdin.write(json.dumps(plan).encode())
-            proc.stdin.close()
-        except (BrokenPipeError, OSError):
-            pass
+    with plan_process(cmd, plan, workdir=workdir, env=env, timeout=timeout, preexec_fn=preexec_fn) as (proc, run):
         outputs = others = 0
-        try:
-            while True:
-                line = proc.stdout.readline(judging.MAX_RECORD_BYTES + 1)
-                if not line:
-                    break
-                if len(line) > judging.MAX_RECORD_BYTES or not line.endswith(b"\n"):
-                    problem = "the session sent a record longer than the grader accepts"
-                    break
-                try:
-                    rec = json.loads(line)
-                except (ValueError, RecursionError):
-                    rec = None
-                if not isinstance(rec, dict) or rec.get("seq") != len(records):
-                    problem = f"record {len(records)} is out of sequence (a forged, lost or malformed record)"
-                    break
-                if rec.get("kind") == "cell":
-                    outputs += len(line)
-                    if outputs > OUTPUT_BYTES:
-                        rec["outputs"] = [{"output_type": "stream", "name": "stderr", "text":
-                                           f"[grader] The outputs of this cell were dropped: the notebooks printed "
-                                           f"more than {OUTPUT_BYTES >> 20} MiB in all\n"}]
-                else:
-                    others += len(line)
-                    if others > RECORD_BYTES:
-                        problem = f"the session sent more than {RECORD_BYTES >> 20} MiB of records"
-                        break
-                records.append(rec)
-        finally:
-            timer.cancel()
-            if problem:
-                judging._kill_group(proc)
+        while True:
+            line = proc.stdout.readline(judging.MAX_RECORD_BYTES + 1)
+            if not line:
+                break
+            if len(line) > judging.MAX_RECORD_BYTES or not line.endswith(b"\n"):
+                problem = "the session sent a record longer than the grader accepts"
+                break
             try:
-                returncode = proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                judging._kill_group(proc)
-                returncode = proc.wait()
-            judging._kill_group(proc)  # whatever the run left behind
-        err.seek(0, 2)
-        size = err.tell()
-        err.seek(max(0, size - 4000))
-        tail = err.read().decode("utf-8", "replace")
+                rec = json.loads(line)
+            except (ValueError, RecursionError):
+                rec = None
+            if not isinstance(rec, dict) or rec.get("seq") != len(records):
+                problem = f"record {len(records)} is out of sequence (a forged, lost or malformed record)"
+                break
+            if rec.get("kind") == "cell":
+                outputs += len(line)
+                if outputs > OUTPUT_BYTES:
+                    rec["outputs"] = [{"output_type": "stream", "name": "stderr", "text":
+                                       f"[grader] The outputs of this cell were dropped: the notebooks printed "
+                                       f"more than {OUTPUT_BYTES >> 20} MiB in all\n"}]
+            else:
+                others += len(line)
+                if others > RECORD_BYTES:
+                    problem = f"the session sent more than {RECORD_BYTES >> 20} MiB of records"
+                    break
+            records.append(rec)
+        if problem:
+            kill_group(proc)
+    returncode, tail = run["returncode"], run["tail"]
     if not problem:
         if not records or records[-1].get("kind") != "done":
             problem = "the session did not finish (killed at the grader's time limit, or it crashed)"

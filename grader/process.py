@@ -20,11 +20,15 @@ module is imported, before any student code runs, so a notebook that replaces th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
 import signal
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 
@@ -323,3 +327,43 @@ def fork_with_pipe() -> tuple[int, int, int]:
         return 0, -1, write_fd
     os.close(write_fd)
     return pid, read_fd, -1
+
+
+@contextlib.contextmanager
+def plan_process(cmd: list[str], plan: dict, *, workdir, env: dict, timeout: float, preexec_fn=None):
+    """Start ``cmd`` (the probe harness or a student's session) in a process group of its own with ``plan``
+    as JSON on its stdin, killed with its group at ``timeout``; yields ``(proc, outcome)``. When the block
+    ends, whatever the run left behind is killed, and ``outcome`` holds ``returncode`` and ``tail`` (the
+    last 4,000 bytes of its stderr, which went to a temporary file in ``workdir``)."""
+    outcome: dict = {}
+    with tempfile.TemporaryFile(dir=workdir) as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE,
+                                cwd=workdir, env=env, start_new_session=True, preexec_fn=preexec_fn)
+        timer = threading.Timer(timeout, kill_group, args=(proc,))
+        timer.start()
+        try:
+            proc.stdin.write(json.dumps(plan).encode())
+            proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+        try:
+            yield proc, outcome
+        finally:
+            timer.cancel()
+            try:
+                outcome["returncode"] = proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                kill_group(proc)
+                outcome["returncode"] = proc.wait()
+            kill_group(proc)  # whatever the run left behind
+            err.seek(0, 2)
+            err.seek(max(0, err.tell() - 4000))
+            outcome["tail"] = err.read().decode("utf-8", "replace")
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group ``proc`` leads (started with ``start_new_session``); gone already is fine."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
