@@ -24,6 +24,7 @@ escaped against spreadsheet formulas.
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import os
@@ -443,7 +444,8 @@ def sanitise(nb: dict) -> dict:
     return strip_active(nb)
 
 
-def judge_lines(stem: str) -> list[str]:
+@functools.lru_cache(maxsize=None)
+def judge_lines(stem: str) -> tuple[str, ...]:
     """The judge's own source lines for notebook ``stem`` that must never reach a page: every line of
     grader/checks/<stem>.py (cases and references) and grader/probes/<stem>.py (how hidden inputs are
     built) longer than 30 characters, comments, docstring openings and imports aside."""
@@ -454,7 +456,7 @@ def judge_lines(stem: str) -> list[str]:
         if path.is_file():
             lines += [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()
                       if len(ln.strip()) > 30 and not ln.strip().startswith(("#", '"""', "from ", "import "))]
-    return lines
+    return tuple(lines)   # read once per process: every page of the class is checked against it
 
 
 def _strings(value) -> str:
@@ -479,12 +481,13 @@ def leaked_judge_lines(page_text: str, stem: str, submitted: Path) -> list[str]:
         own = _strings(json.loads(submitted.read_text(encoding="utf-8")))
     except (OSError, ValueError):
         own = ""
-    flat = re.sub(r"\s+", "", own)   # the submission is text, not HTML: no tags to strip
-    return [ln for ln in found if ln not in own and re.sub(r"\s+", "", ln) not in flat]
+    mine = set(leaks_in(own, found, markup=False))   # the submission is text, not HTML: no tags to strip
+    return [ln for ln in found if ln not in mine]
 
 
-def leaks_in(text: str, lines: list[str]) -> list[str]:
-    plain = html.unescape(re.sub(r"<[^>]+>", "", text))
+def leaks_in(text: str, lines: list[str], *, markup: bool = True) -> list[str]:
+    """The ``lines`` found in ``text`` (an HTML page with ``markup``, else plain text), whitespace aside."""
+    plain = html.unescape(re.sub(r"<[^>]+>", "", text)) if markup else text
     flat = re.sub(r"\s+", "", plain)
     return [ln for ln in lines if ln in plain or re.sub(r"\s+", "", ln) in flat]
 
