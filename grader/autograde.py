@@ -29,8 +29,9 @@ Where each step lives, in the order a notebook meets them:
 grader/submissions.py        read the submission defensively; the release view (locked cells as released)
 grader/audit_step.py         the static audit, in a capped child process
 grader/launch.py             the student's session: its plan, its command, its numbered records
-grader/fullrun.py            the executed notebook from the session's cell records
-grader/scoring.py            the judge's verdict, its reports and the rubrics in the notebook, the gradebook merge
+grader/scoring.py            the judge's verdict, the written answers' grades, the gradebook merge
+grader/steps.py              the executed notebook, step by step (nbgrader-preprocessor shaped)
+grader/fullrun.py            the first step: the executed notebook from the session's cell records
 grader/results.py            settings, each notebook's result, the statuses and the status files
 grader/progress.py           what the TA sees while the batch runs
 ==========================  =====================================================================
@@ -51,12 +52,13 @@ from pathlib import Path
 from . import judge as judging
 from .audit_step import audit_submission
 from .course import Course, add_students, sync_assignment
-from .fullrun import full_run_result, write_notebook
+from .fullrun import write_notebook
 from .launch import SESSION_MEMORY, run_session
 from .progress import BatchProgress
 from .results import Job, NotebookResult, Settings, record_statuses, worse_status
 from .sandbox import describe, remove_cgroup, student_cgroups
-from .scoring import apply_verdict, judge_verdict, merge
+from .scoring import apply_verdict, judge_verdict, merge, written_answer_grades
+from .steps import StepContext, run_steps
 from .submissions import Unreadable, prepare, release_view
 
 def grade_notebook(course: Course, student: str, notebook: str, settings: Settings, workroot: Path,
@@ -126,16 +128,19 @@ def grade_student(course: Course, student: str, notebooks: list[str], settings: 
                                           f"({stops} time{'s' if stops > 1 else ''}, SIGSTOP); the grader continued it "
                                           "each time (checks that ran out of time meanwhile score 0)")
             try:
-                executed = full_run_result(job, mine, "" if not infra else tail, settings, secrets)
+                written_answer_grades(job)
                 verdict = judge_verdict(job, mine, tail, settings, references.get(job.notebook))
-                apply_verdict(course, job.notebook, verdict, executed, job.result)
-                if executed is not None:   # the one write of the executed notebook
-                    job.result.autograded = job.result.scratch / f"{job.notebook}.ipynb"
-                    write_notebook(job.result.autograded, executed)
+                apply_verdict(job, verdict)
             except Exception as exc:  # noqa: BLE001 - this notebook's content tripped the grader: it alone
-                job.result.status, job.result.grades, job.result.autograded = "review", None, None
+                verdict, job.result.status, job.result.grades = None, "review", None
                 job.result.reasons.append(f"{job.notebook}: the grader could not process this notebook's results "
                                           f"({exc.__class__.__name__}); 0 autograded points; look at it by hand")
+            context = StepContext(job, mine, "" if not infra else tail, settings, secrets,
+                                  course.source / f"{job.notebook}.ipynb", verdict)
+            executed = run_steps(job.graded, context)
+            if executed is not None:   # the one write of the executed notebook
+                job.result.autograded = job.result.scratch / f"{job.notebook}.ipynb"
+                write_notebook(job.result.autograded, executed)
         shutil.rmtree(scratch / "session", ignore_errors=True)
     elapsed = time.monotonic() - started
     graded = [j.result for j in jobs]

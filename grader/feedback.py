@@ -535,7 +535,7 @@ def not_run_notebook(course: Course, student: str, stem: str, entry: dict) -> di
     """The page's notebook for a student whose full run of ``stem`` failed: the submitted notebook
     (read and repaired as for grading, grader/submissions.py) in the release view grading uses
     (:func:`grader.submissions.release_view`: locked cells as released, a deleted test cell back in its
-    place), its outputs left out, the judge's report under each test cell (as autograde ``annotate_reports``
+    place), its outputs left out, the judge's report under each test cell (as grader/steps.py ``annotate_reports``
     does for an executed notebook) and a note at the top. Still to be sanitised like any other page."""
     from .submissions import prepare, release_view
 

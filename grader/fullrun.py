@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from utils.notebook_cells import cell_source, grade_id, is_manually_graded, nbgrader_meta
+from utils.notebook_cells import grade_id
 from .launch import DEMO_NOTE, session_cells
 from .results import Job, NotebookResult, Settings, worse_status
 
@@ -79,17 +79,19 @@ def write_notebook(path: Path, nb: dict) -> None:
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=True), encoding="utf-8")
 
 
-def full_run_result(job: Job, records: list[dict], tail: str, settings: Settings,
-                     secrets: tuple = ()) -> dict | None:
-    """The executed notebook from the session's cell records (None when no cell ran), and the full run's status (timeouts, a dead process, memory-cap hits) in ``job.result``. Every
-    output is scrubbed of the batch's seeds; the statuses come from the session's own observations
-    (the ``full_run`` record), never from what an output says."""
+def full_run_notebook(release_view: dict, job: Job, records: list[dict], tail: str, settings: Settings,
+                      secrets: tuple = ()) -> dict | None:
+    """The executed notebook: a new copy of ``release_view`` (the submission with the locked cells as
+    released) with the outputs of the session's cell records, or None when no cell ran; the full run's
+    status (timeouts, a dead process, memory-cap hits) goes in ``job.result``. Every output is scrubbed
+    of the batch's seeds; the statuses come from the session's own observations (the ``full_run``
+    record), never from what an output says. The step ``attach_full_run`` of grader/steps.py."""
     from .feedback import scrub_value
 
     result, notebook = job.result, job.notebook
     result.log = tail
-    nb = json.loads(json.dumps(job.graded))
-    roles = {c["index"]: c["role"] for c in session_cells(job.graded, job.release, settings.full_run)}
+    nb = json.loads(json.dumps(release_view))
+    roles = {c["index"]: c["role"] for c in session_cells(release_view, job.release, settings.full_run)}
     submitted = {i: nb["cells"][i].get("outputs") for i in roles}
     for i in roles:   # a cell the full run did not reach shows no output
         nb["cells"][i]["outputs"], nb["cells"][i]["execution_count"] = [], None
@@ -107,7 +109,6 @@ def full_run_result(job: Job, records: list[dict], tail: str, settings: Settings
             count = rec.get("execution_count")
             nb["cells"][i]["execution_count"] = count if isinstance(count, int) and roles[i] != "demo" else None
             executed_cells += 1
-    _manual_grades(job)
     full = next((r for r in records if r.get("kind") == "full_run"), None)
     status = full.get("status") if isinstance(full, dict) else "died"
     where = _cell_name(nb, full.get("index")) if isinstance(full, dict) else ""
@@ -143,26 +144,6 @@ def _cell_name(nb: dict, index) -> str:
     if not isinstance(index, int) or not 0 <= index < len(nb["cells"]):
         return ""
     return grade_id(nb["cells"][index]) or f"cell {index + 1}"
-
-
-def _manual_grades(job: Job) -> None:
-    """Written answers go to the TA, as nbgrader's SaveAutoGrades decides: an answer left exactly as
-    released scores 0 and needs no grading (nbgrader.utils.determine_grade's checksum rule)."""
-    import nbformat
-    from nbgrader import utils as nbutils
-
-    grades = dict(job.result.grades or {})
-    for cell in job.graded["cells"]:
-        if not is_manually_graded(cell):
-            continue
-        flags = nbgrader_meta(cell)
-        try:
-            node = nbformat.from_dict({**cell, "source": cell_source(cell)})
-            unchanged = flags.get("checksum") and flags["checksum"] == nbutils.compute_checksum(node)
-        except Exception:  # noqa: BLE001 - an odd cell is simply graded by hand
-            unchanged = False
-        grades[flags["grade_id"]] = (0.0, False) if unchanged else (None, True)
-    job.result.grades = grades
 
 
 def inspect_outputs(nb: dict, run_outputs: dict[int, list], interrupted: list, result: NotebookResult,

@@ -452,7 +452,8 @@ def sweep(stem: str, release: dict, solution: dict, variants: dict[str, dict], s
           timeout: float = 1800.0, jobs: int | None = None) -> dict[tuple[str, int], Verdict]:
     """Judge notebooks we wrote ourselves (mutants, honest variants, the release) against the
     solution over several seeds, in unsandboxed harness runs (``jobs`` of them side by side, default
-    one per core, each with a share of the seeds): {(variant, seed): Verdict}.
+    one per core, each with a share of the seeds, or, with fewer seeds than jobs, a share of the
+    variants too): {(variant, seed): Verdict}.
     ``cells`` limits a variant to the cases of some test cells (a mutant's own cell, say)."""
     cases_by_cell: dict[str, list[str]] = {}
     for case in load_cases(stem):
@@ -460,19 +461,23 @@ def sweep(stem: str, release: dict, solution: dict, variants: dict[str, dict], s
     plan_cases = {}
     for name, wanted in (cells or {}).items():
         plan_cases[name] = [p for cell in wanted for p in cases_by_cell.get(cell, [])]
-    all_cells = {"__reference__": notebook_cells(release, solution),
-                 **{name: notebook_cells(release, nb) for name, nb in variants.items()}}
-    jobs = max(1, min(jobs or (os.cpu_count() or 1), len(seeds)))
-    chunks = [list(seeds)[i::jobs] for i in range(jobs)]
-    results: list = [None] * jobs
+    reference = notebook_cells(release, solution)
+    all_cells = {name: notebook_cells(release, nb) for name, nb in variants.items()}
+    jobs = max(1, jobs or (os.cpu_count() or 1))
+    seed_chunks = [list(seeds)[i::min(jobs, len(seeds))] for i in range(min(jobs, len(seeds)))]
+    groups = max(1, min(len(all_cells), jobs // len(seed_chunks)))   # every run loads the reference too
+    units = [(chunk, list(all_cells)[g::groups]) for chunk in seed_chunks for g in range(groups)]
+    results: list = [None] * len(units)
 
     def one(i: int) -> None:
-        plan = {"stem": stem, "runs": case_runs(chunks[i], stem), "isolate": "variant", "cases": plan_cases,
-                "groups": case_groups(stem), "variants": all_cells}
+        chunk, names = units[i]
+        plan = {"stem": stem, "runs": case_runs(chunk, stem), "isolate": "variant",
+                "cases": {n: c for n, c in plan_cases.items() if n in names}, "groups": case_groups(stem),
+                "variants": {"__reference__": reference, **{n: all_cells[n] for n in names}}}
         workdir = Path(tempfile.mkdtemp(prefix=f"sweep-{stem}-{i}-", dir=workroot))
         results[i] = run_harness(plan, workdir=workdir, timeout=timeout)
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(jobs)]  # one harness per core
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(units))]  # one harness per core
     for t in threads:
         t.start()
     for t in threads:

@@ -1,17 +1,15 @@
-"""The judge's points into the gradebook: the verdict from the session's records, the steps that put the
-judge's reports and the rubrics into the executed notebook, and the merge into nbgrader's gradebook."""
+"""The judge's points into the gradebook: the verdict from the session's records, the written answers'
+grades, and the merge into nbgrader's gradebook (the executed notebook's steps: grader/steps.py)."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import warnings
-from pathlib import Path
 
 from . import ASSIGNMENT
 from .course import COURSE_ID, Course
 from . import judge as judging
-from utils.notebook_cells import grade_id, is_manually_graded
+from utils.notebook_cells import cell_source, grade_id, is_manually_graded, nbgrader_meta
 from .fullrun import write_notebook
 from .results import Job, NotebookResult, Settings, worse_status
 
@@ -62,46 +60,42 @@ def judge_verdict(job: Job, records: list[dict], tail: str, settings: Settings, 
     return verdict
 
 
-def apply_verdict(course, notebook, verdict, executed: dict | None, result) -> None:
-    """The judge's points replace whatever nbgrader read from the test cells' outputs; the executed notebook
-    (``executed``, None when nothing ran) gets the judge's reports and the rubrics, in place."""
+def written_answer_grades(job: Job) -> None:
+    """Written answers go to the TA, as nbgrader's SaveAutoGrades decides: an answer left exactly as
+    released scores 0 and needs no grading (nbgrader.utils.determine_grade's checksum rule)."""
+    import nbformat
+    from nbgrader import utils as nbutils
+
+    grades = dict(job.result.grades or {})
+    for cell in job.graded["cells"]:
+        if not is_manually_graded(cell):
+            continue
+        flags = nbgrader_meta(cell)
+        try:
+            node = nbformat.from_dict({**cell, "source": cell_source(cell)})
+            unchanged = flags.get("checksum") and flags["checksum"] == nbutils.compute_checksum(node)
+        except Exception:  # noqa: BLE001 - an odd cell is simply graded by hand
+            unchanged = False
+        grades[flags["grade_id"]] = (0.0, False) if unchanged else (None, True)
+    job.result.grades = grades
+
+
+def apply_verdict(job: Job, verdict) -> None:
+    """The judge's points replace whatever nbgrader read from the test cells' outputs, next to the
+    written answers' grades (:func:`written_answer_grades`); no verdict: every grade is zero."""
+    result = job.result
     manual = dict(result.grades or {})
     result.grades = {}
     if verdict is None:
         result.grades = None
         return
-    release = json.loads((course.release / f"{notebook}.ipynb").read_text(encoding="utf-8"))
-    for cell in release["cells"]:
+    for cell in job.release["cells"]:
         if is_manually_graded(cell):     # a written answer: the TA grades it
             result.grades[grade_id(cell)] = manual.get(grade_id(cell), (None, True))
     for cell, pts in verdict.points.items():
         result.grades[cell] = (pts, False)
         result.comments[cell] = verdict.cell_report(cell)
     result.verdict = verdict
-    if executed is not None:
-        notebook_step(result, "the judge's report under each test cell", annotate_reports, executed, verdict)
-        notebook_step(result, "the rubrics under the written answers", insert_rubrics, executed,
-                       course.source / f"{notebook}.ipynb")
-
-
-def notebook_step(result: NotebookResult, what: str, step, *args) -> None:
-    """Run one step that rewrites the executed notebook: a failure is a reason on the notebook's status
-    for the TA, never silent, and never costs a point."""
-    try:
-        step(*args)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        result.status = worse_status(result.status, "review")
-        result.reasons.append(f"{result.notebook}: {what} could not be added to the executed notebook "
-                              f"({exc.__class__.__name__}: {str(exc)[:120]}); the points stand")
-
-
-def annotate_reports(nb: dict, verdict) -> None:
-    """Put the judge's per-case report under each test cell of the executed notebook ``nb`` (feedback)."""
-    for cell in nb["cells"]:
-        gid = grade_id(cell)
-        if gid in verdict.points and cell.get("cell_type") == "code":
-            cell.setdefault("outputs", []).append(
-                {"output_type": "stream", "name": "stdout", "text": verdict.cell_report(gid) + "\n"})
 
 
 def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
@@ -140,12 +134,13 @@ def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
     if result.autograded is not None and result.autograded.is_file() and not result.autograded.is_symlink():
         from .feedback import strip_active_outputs
 
-        # formgrader shows this copy in the TA's browser: nothing of the student's may run there. A
-        # notebook that cannot be cleaned (whatever the reason) is not copied: the TA reads the reason.
+        # formgrader shows this copy in the TA's browser: nothing of the student's may run there. The
+        # batch's steps cleaned it already (grader/steps.py strip_active); cleaning the copy again keeps
+        # a notebook from a shard graded elsewhere to the same rule. One that cannot be cleaned (whatever
+        # the reason) is not copied: the TA reads the reason.
         try:
             executed = json.loads(result.autograded.read_text(encoding="utf-8"))
-            write_notebook(result.autograded, strip_active_outputs(executed))
-            shutil.copyfile(result.autograded, dest, follow_symlinks=False)
+            write_notebook(dest, strip_active_outputs(executed))
         except Exception as exc:  # noqa: BLE001 - one student's content never stops the batch
             dest.unlink(missing_ok=True)
             result.reasons.append(f"{result.notebook}: the executed notebook could not be made safe to show "
@@ -162,21 +157,3 @@ def _is_manual(gb, cell) -> bool:
 
     return gb.db.query(SolutionCell).filter(SolutionCell.name == cell.name,
                                             SolutionCell.notebook_id == cell.notebook_id).count() > 0
-
-
-def insert_rubrics(nb: dict, source: Path) -> None:
-    """Put each written answer's rubric (from the source notebook, grader/tiers.py) directly under the
-    student's answer in the autograded notebook, where the TA grades it in formgrader. Cells a student
-    tagged ``rubric`` are dropped first; feedback drops every rubric cell again (feedback.sanitise).
-    In place; raises on a malformed notebook (the caller makes it a reason on the status)."""
-    from .tiers import RUBRIC_TAG, rubric_cells, strip_rubrics
-
-    rubrics = rubric_cells(source)
-    cells = []
-    for cell in strip_rubrics(nb)["cells"]:
-        cells.append(cell)
-        gid = grade_id(cell)
-        if gid in rubrics and cell.get("cell_type") == "markdown":
-            cells.append({"cell_type": "markdown", "metadata": {"tags": [RUBRIC_TAG]},
-                          "source": rubrics.pop(gid)})
-    nb["cells"] = cells

@@ -32,8 +32,18 @@ TIERS = {
     "env": ("test_environment", "test_hosted_setup", "test_bundle"),
     "browser": ("test_formgrader_browser",),
 }
-#: the one small class graded end to end through the real command line in the fast tier
-FAST_END_TO_END = "tests/test_grader_session.py"
+#: the one small class graded end to end in the fast tier: the tests of this file that use this fixture
+#: (a Task-1 class graded light and full); the file's timing and memory-cap tests stay in the cli tier
+FAST_END_TO_END = ("tests/test_grader_session.py", "light_and_full")
+
+
+def sweep_seeds(default: int) -> list[int]:
+    """The judge sweeps' input seeds 0..N-1: N is ``$LAS_SWEEP_SEEDS`` when set (``./pack.sh test fast``
+    sets 1), else ``default`` (what the full suite and CI run)."""
+    raw = os.environ.get("LAS_SWEEP_SEEDS", "")
+    if raw and not (raw.isdigit() and int(raw) > 0):
+        raise pytest.UsageError(f"LAS_SWEEP_SEEDS must be a positive whole number of seeds, not {raw!r}")
+    return list(range(int(raw) if raw else default))
 
 
 def pytest_configure(config):
@@ -53,7 +63,8 @@ def pytest_collection_modifyitems(config, items):
         if "roundtrips" in getattr(item, "fixturenames", ()):
             tier = "cli"
         item.add_marker(getattr(pytest.mark, tier))
-        if Path(str(item.fspath)).as_posix().endswith(FAST_END_TO_END):
+        path, fixture = FAST_END_TO_END
+        if Path(str(item.fspath)).as_posix().endswith(path) and fixture in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.fast_e2e)
 
 

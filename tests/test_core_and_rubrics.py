@@ -197,14 +197,13 @@ def test_rubrics_never_reach_students():
 
 
 def test_autograde_puts_each_rubric_under_its_answer(tmp_path):
-    from grader.scoring import insert_rubrics
+    from grader.steps import StepContext, insert_rubrics
 
     source = SOLUTIONS / "task1_infonce.ipynb"
     rubrics = tiers.rubric_cells(source)
     release = json.loads((RELEASE / "task1_infonce.ipynb").read_text(encoding="utf-8"))
     release["cells"].insert(0, _tag(md("**Rubric: `answer_a` (99 points)** a student's fake"), "rubric"))
-    insert_rubrics(release, source)
-    cells = release["cells"]
+    cells = insert_rubrics(release, StepContext(source=source))["cells"]
     assert not any("a student's fake" in "".join(c["source"]) for c in cells)
     for i, cell in enumerate(cells):
         gid = (cell["metadata"].get("nbgrader") or {}).get("grade_id")
@@ -213,20 +212,88 @@ def test_autograde_puts_each_rubric_under_its_answer(tmp_path):
     assert sum(tiers.is_rubric(c) for c in cells) == len(rubrics)
 
 
-def test_a_failed_notebook_step_is_a_reason_not_silence():
-    """A step that cannot rewrite the executed notebook (here a malformed one) leaves the points alone and
-    says so on the notebook's status for the TA."""
-    from grader.results import NotebookResult
-    from grader.scoring import insert_rubrics, notebook_step
+def _step_context(student: str):
+    from grader.results import Job, NotebookResult
+    from grader.steps import StepContext
 
-    result = NotebookResult("ann", "task1_infonce", grades={"test_info_nce_loss": (3.0, False)})
-    notebook_step(result, "the rubrics under the written answers", insert_rubrics, {"cells": 5},
-                  SOLUTIONS / "task1_infonce.ipynb")
-    assert result.status == "review" and result.grades == {"test_info_nce_loss": (3.0, False)}
-    assert "the rubrics under the written answers could not be added" in result.reasons[0], result.reasons
-    good = NotebookResult("bob", "task1_infonce")
-    notebook_step(good, "a step that works", lambda: None)
-    assert good.status == "graded" and not good.reasons
+    release = json.loads((RELEASE / "task1_infonce.ipynb").read_text(encoding="utf-8"))
+    result = NotebookResult(student, "task1_infonce", grades={"test_info_nce_loss": (3.0, False)})
+    return release, StepContext(Job("task1_infonce", release, release, result), source=SOLUTIONS / "task1_infonce.ipynb")
+
+
+def test_a_failed_notebook_step_is_a_reason_not_silence():
+    """A step that cannot rewrite the executed notebook leaves the points alone and says so on the
+    notebook's status for the TA; the later steps still run. After a failed *required* step there is no
+    executed notebook (the TA reads the reason), and nothing is raised either way."""
+    from grader.steps import Step, run_steps
+
+    def malformed(nb, ctx):
+        return {"cells": 5}   # what a step after it trips on
+
+    def marks(nb, ctx):
+        nb["cells"].append(md("the last step ran"))
+        return nb
+
+    def recurses(nb, ctx):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    release, ctx = _step_context("ann")
+    steps = (Step("a step that works", lambda nb, c: nb), Step("the rubrics under the written answers",
+             lambda nb, c: __import__("grader.steps").steps.insert_rubrics(malformed(nb, c), c)), Step("the end", marks))
+    nb = run_steps(json.loads(json.dumps(release)), ctx, steps)
+    assert ctx.result.status == "review" and ctx.result.grades == {"test_info_nce_loss": (3.0, False)}
+    assert "the rubrics under the written answers could not be added" in ctx.result.reasons[0], ctx.result.reasons
+    assert "the points stand" in ctx.result.reasons[0]
+    assert nb is not None and nb["cells"][-1]["source"] == "the last step ran"
+
+    release, ctx = _step_context("bob")
+    assert run_steps(release, ctx, (Step("the cleaning", recurses, required=True), Step("the end", marks))) is None
+    assert ctx.result.status == "review" and "no executed notebook" in ctx.result.reasons[0]
+    assert ctx.result.grades == {"test_info_nce_loss": (3.0, False)}
+
+    release, ctx = _step_context("cat")
+    assert run_steps(release, ctx, (Step("a step that works", lambda nb, c: nb),)) is release
+    assert ctx.result.status == "graded" and not ctx.result.reasons
+
+
+def test_the_notebook_steps_are_preprocessor_shaped_and_short():
+    """Every step of the executed notebook is ``step(notebook, context) -> notebook``, at most 40 lines,
+    with a docstring; the chain ends with the cleaning a TA's browser needs, and the full run comes first."""
+    import inspect
+
+    from grader.steps import NOTEBOOK_STEPS, attach_full_run, strip_active
+
+    assert NOTEBOOK_STEPS[0].run is attach_full_run and NOTEBOOK_STEPS[-1].run is strip_active
+    assert NOTEBOOK_STEPS[0].required and NOTEBOOK_STEPS[-1].required
+    for step in NOTEBOOK_STEPS:
+        params = list(inspect.signature(step.run).parameters)
+        assert params == ["nb", "ctx"], (step.what, params)
+        lines, _ = inspect.getsourcelines(step.run)
+        assert len(lines) <= 40 and inspect.getdoc(step.run), step.what
+
+
+def test_the_steps_annotate_and_clean_a_notebook():
+    """The judge's report goes under its own test cell, and active content a student put in a markdown
+    cell or an output is gone after the chain's cleaning step."""
+    from grader.steps import annotate_reports, strip_active
+
+    class Verdict:
+        points = {"test_info_nce_loss": 3.0}
+
+        def cell_report(self, cell):
+            return f"report of {cell}"
+
+    release, ctx = _step_context("dan")
+    ctx.verdict = Verdict()
+    nb = annotate_reports(json.loads(json.dumps(release)), ctx)
+    tests = [c for c in nb["cells"] if (c["metadata"].get("nbgrader") or {}).get("grade_id") == "test_info_nce_loss"]
+    assert [o["text"] for o in tests[0]["outputs"]] == ["report of test_info_nce_loss\n"]
+    assert sum(bool(c.get("outputs")) for c in nb["cells"] if c["cell_type"] == "code") == 1
+    nb["cells"].append(md('<script>alert(1)</script><div style="position:fixed">mask</div>'))
+    tests[0]["outputs"].append({"output_type": "display_data", "metadata": {},
+                                "data": {"text/html": "<img src=x onerror=alert(1)>", "text/plain": "x"}})
+    dump = json.dumps(strip_active(nb, ctx))
+    assert "<script" not in dump and "onerror" not in dump and "position:fixed" not in dump
 
 
 # ------------------------------------------------------------------------------ export

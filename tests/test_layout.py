@@ -298,7 +298,7 @@ def private_uses(source: str, module: str = "grader.autograde") -> list[str]:
 
 #: The batch's modules: grader.autograde and the steps it runs.
 BATCH_MODULES = ("grader.autograde", "grader.results", "grader.launch", "grader.audit_step", "grader.fullrun",
-                 "grader.scoring", "grader.progress")
+                 "grader.scoring", "grader.steps", "grader.progress")
 
 
 def test_no_test_reaches_into_the_batchs_private_names():
