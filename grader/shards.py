@@ -24,7 +24,7 @@ from .course import COURSE_ID, Course, add_students, sync_assignment
 
 def _notebook_result(shard: Course, student: str, notebook: str, scratch: Path):
     """A NotebookResult as the shard merged it into its gradebook: every grade and comment, and a
-    scratch copy of its autograded notebook (grader.scoring.merge rewrites the file it is given)."""
+    scratch copy of its autograded notebook (grader.scoring.merge cleans what it copies from it)."""
     from nbgrader.api import Gradebook, MissingEntry
 
     result = NotebookResult(student, notebook, grades={})
