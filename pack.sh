@@ -39,7 +39,9 @@ case "$cmd" in
         if [ "${1:-}" = fast ]; then   # the ten-minute loop: unit and judge tiers, one small class end to end
             shift
             export LAS_SWEEP_SEEDS=${LAS_SWEEP_SEEDS:-1}   # the judge sweeps on one seed (CI: 6), the variants split over the cores
-            exec "$VENV/bin/python" -m pytest -m "unit or judge or fast_e2e" --durations=15 "$@"
+            # two pytest workers (pytest-xdist), each test file on one of them: the serial tests leave a core idle
+            exec "$VENV/bin/python" -m pytest -m "unit or judge or fast_e2e" -n "${LAS_TEST_WORKERS:-2}" --dist loadfile \
+                --durations=15 "$@"
         fi
         exec "$VENV/bin/python" -m pytest "$@"
         ;;

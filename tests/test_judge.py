@@ -107,3 +107,38 @@ def test_the_release_loads_without_a_problem(stem, tmp_path):
     cases, header = by_case(records, "s")
     assert header["given_problems"] == [], header["given_problems"]
     assert header["not_run"] == [] and cases[first]["status"] == "ok", (header, tail[-2000:])
+
+
+def test_a_sweep_with_fewer_seeds_than_jobs_splits_its_variants(tmp_path, monkeypatch):
+    """One seed on two jobs: each harness run gets the reference and half of the variants, and every
+    variant still gets its verdict (the fast tier's sweeps run this way)."""
+    import grader.judge as judging
+
+    stem = "task1_infonce"
+    release, solution = _load(stem)
+    plans = []
+    real = judging.run_harness
+
+    def spy(plan, **kwargs):
+        plans.append(sorted(plan["variants"]))
+        return real(plan, **kwargs)
+
+    monkeypatch.setattr(judging, "run_harness", spy)
+    variants = {"solution": student_copy(release, solution), "release": release}
+    verdicts = judging.sweep(stem, release, solution, variants, [0], workroot=tmp_path, jobs=2)
+    assert sorted(plans) == [["__reference__", "release"], ["__reference__", "solution"]]
+    full = sum(points_per_test_cell(release).values())
+    assert verdicts[("solution", 0)].score == pytest.approx(full) and verdicts[("release", 0)].score == 0
+
+
+def test_the_sweep_seed_knob(monkeypatch):
+    from conftest import sweep_seeds
+
+    monkeypatch.delenv("LAS_SWEEP_SEEDS", raising=False)
+    assert sweep_seeds(6) == list(range(6))
+    monkeypatch.setenv("LAS_SWEEP_SEEDS", "2")
+    assert sweep_seeds(6) == [0, 1]
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("LAS_SWEEP_SEEDS", bad)
+        with pytest.raises(pytest.UsageError, match="LAS_SWEEP_SEEDS"):
+            sweep_seeds(6)
