@@ -1,4 +1,4 @@
-"""Issue #14: the core path fits a week (a line and written-answer budget), extensions are optional and
+"""The core path fits a week (a line and written-answer budget), extensions are optional and
 scored apart, and every written answer has a rubric the TA sees and the student never does.
 
 The conventions live in grader/tiers.py; these tests read them off the source notebooks."""

@@ -1,4 +1,4 @@
-"""Issue #26: every sentence true, every number measured. The course text against its sources.
+"""Every sentence true, every number measured. The course text against its sources.
 
 Three rules, read off the notebooks' text (no kernel, no execution):
 

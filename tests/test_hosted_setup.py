@@ -6,7 +6,7 @@ bundle's PINNED requirements without building anything; with ``PACK_URL`` empty 
 student and the lecturer should do.
 
 The slow tests run the bootstrap of a bundle made by ``grader.bundle.build_bundle`` in a fresh
-``python -m venv`` with setuptools and wheel uninstalled. Issue #23's runtime had no recent setuptools
+``python -m venv`` with setuptools and wheel uninstalled, as in hosted runtimes with no recent setuptools
 and no wheel, where the old bootstrap's ``pip install --no-build-isolation -e`` failed with ``invalid
 command 'bdist_wheel'``; with neither, it fails with ``No module named 'setuptools'``. Installing
 torch & co. for real would download gigabytes: the pack's own environment lends them through a .pth

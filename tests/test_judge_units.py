@@ -212,7 +212,7 @@ def _checks_stems() -> list[str]:
 
 @pytest.mark.parametrize("stem", _checks_stems())
 def test_every_case_uses_a_comparator_of_the_one_dialect(stem):
-    """Issue #27: every Case.check comes from grader/compare.py or is its module's check_* (or expect_* product)."""
+    """One check dialect: every Case.check comes from grader/compare.py or is its module's check_* (or expect_* product)."""
     problems = [f"{case.probe}: {why}" for case in judge.load_cases(stem)
                 if (why := comparator_problem(stem, case.check))]
     assert not problems, "\n".join(problems)

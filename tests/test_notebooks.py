@@ -89,7 +89,7 @@ def test_one_parameters_cell_with_auto_preset(notebook):
     assert 'PRESET = "auto"' in "".join(params[0]["source"])
 
 
-#: Issue #27: a notebook opens on code a student reads (imports, preset, device, data), not on configuration:
+#: A notebook opens on code a student reads (imports, preset, device, data), not on configuration:
 #: the preset tables live in utils/notebook_presets.py, the hosted bootstrap's work in utils/hosted_install.py.
 SETUP_CELL_MAX_LINES = 40
 

@@ -51,7 +51,7 @@ def test_every_answer_has_a_test_cell_judged_by_cases():
 
 
 def test_core_and_extension_tiers():
-    """Issue #14: the core fits its budget, the compatibility solve, (c)(ii) and the BERT part are extensions in a
+    """The core fits its week's budget, the compatibility solve, (c)(ii) and the BERT part are extensions in a
     final section, no core cell calls an extension function, and every written answer has its rubric."""
     cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
     assert tiers.grade_tiers(NOTEBOOK) == {
