@@ -464,8 +464,9 @@ def sweep(stem: str, release: dict, solution: dict, variants: dict[str, dict], s
     reference = notebook_cells(release, solution)
     all_cells = {name: notebook_cells(release, nb) for name, nb in variants.items()}
     jobs = max(1, jobs or (os.cpu_count() or 1))
-    seed_chunks = [list(seeds)[i::min(jobs, len(seeds))] for i in range(min(jobs, len(seeds)))]
-    groups = max(1, min(len(all_cells), jobs // len(seed_chunks)))   # every run loads the reference too
+    n_chunks = max(1, min(jobs, len(seeds)))
+    seed_chunks = [list(seeds)[i::n_chunks] for i in range(n_chunks)]
+    groups = max(1, min(len(all_cells), jobs // n_chunks))   # every run loads the reference too
     units = [(chunk, list(all_cells)[g::groups]) for chunk in seed_chunks for g in range(groups)]
     results: list = [None] * len(units)
 

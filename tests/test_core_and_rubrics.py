@@ -225,10 +225,10 @@ def test_a_failed_notebook_step_is_a_reason_not_silence():
     """A step that cannot rewrite the executed notebook leaves the points alone and says so on the
     notebook's status for the TA; the later steps still run. After a failed *required* step there is no
     executed notebook (the TA reads the reason), and nothing is raised either way."""
-    from grader.steps import Step, run_steps
+    from grader.steps import Step, insert_rubrics, run_steps
 
-    def malformed(nb, ctx):
-        return {"cells": 5}   # what a step after it trips on
+    def rubrics_on_a_malformed_notebook(nb, ctx):
+        return insert_rubrics({"cells": 5}, ctx)
 
     def marks(nb, ctx):
         nb["cells"].append(md("the last step ran"))
@@ -238,8 +238,8 @@ def test_a_failed_notebook_step_is_a_reason_not_silence():
         raise RecursionError("maximum recursion depth exceeded")
 
     release, ctx = _step_context("ann")
-    steps = (Step("a step that works", lambda nb, c: nb), Step("the rubrics under the written answers",
-             lambda nb, c: __import__("grader.steps").steps.insert_rubrics(malformed(nb, c), c)), Step("the end", marks))
+    steps = (Step("a step that works", lambda nb, c: nb),
+             Step("the rubrics under the written answers", rubrics_on_a_malformed_notebook), Step("the end", marks))
     nb = run_steps(json.loads(json.dumps(release)), ctx, steps)
     assert ctx.result.status == "review" and ctx.result.grades == {"test_info_nce_loss": (3.0, False)}
     assert "the rubrics under the written answers could not be added" in ctx.result.reasons[0], ctx.result.reasons
