@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The course pack's two entry points (see README.md):
 #   ./pack.sh run [smoke|cpu|gpu|full]   execute every solution notebook into build/
-#   ./pack.sh test [pytest args]         run the test suite
+#   ./pack.sh test [pytest args]         run the test suite (two passes: see below)
 #   ./pack.sh test fast [pytest args]    the fast tier: unit and judge tests and one small class end to end
 # Both create the virtual environment .venv/ on first use (and refresh it when
 # requirements.txt or pyproject.toml change).
@@ -43,7 +43,24 @@ case "$cmd" in
             exec "$VENV/bin/python" -m pytest -m "unit or judge or fast_e2e" -n "${LAS_TEST_WORKERS:-2}" --dist loadfile \
                 --durations=15 "$@"
         fi
-        exec "$VENV/bin/python" -m pytest "$@"
+        # The whole suite (CI) in two passes over the tiers of tests/conftest.py. The unit, judge, notebook
+        # and environment tiers on two pytest workers: nothing there times the machine. Then the CLI and
+        # browser tiers one test at a time: they grade classes with two workers of their own, and their time
+        # limits and the grader's overload rule assume the machine is theirs.
+        for arg in "$@"; do   # a marker expression of the caller's own picks the tests: one pass
+            case "$arg" in -m*) exec "$VENV/bin/python" -m pytest "$@" ;; esac
+        done
+        set +e
+        "$VENV/bin/python" -m pytest -m "unit or judge or notebooks or env" -n "${LAS_TEST_WORKERS:-2}" \
+            --dist loadfile "$@"
+        first=$?
+        "$VENV/bin/python" -m pytest -m "cli or browser" "$@"
+        second=$?
+        # 5 is "no test collected": fine for one pass (a single file named), not for both
+        [ "$first" = 5 ] && [ "$second" != 5 ] && first=0
+        [ "$second" = 5 ] && [ "$first" != 5 ] && [ "$first" = 0 ] && second=0
+        [ "$first" != 0 ] && exit "$first"
+        exit "$second"
         ;;
     env)
         ensure_env

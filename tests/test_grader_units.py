@@ -340,3 +340,23 @@ def test_batch_progress_says_each_notebook_student_and_time_left():
     assert "graded 2 students" in lines[3] and "2 worker(s)" in lines[3] and "; 1 skipped" in lines[3]
     assert figures["graded"] == 2 and figures["skipped"] == 1 and figures["worker_seconds"] == 12.4
     assert (minutes(45), minutes(750), minutes(3.5 * 3600 + 1)) == ("45 s", "12.5 min", "3.5 h")
+
+
+def test_a_session_imports_the_language_model_libraries_only_for_notebooks_that_use_them():
+    """transformers costs about 3 s of every session's start: a session imports it only when one of
+    its notebooks uses a language model (its code imports transformers or utils.lm), and then before
+    any notebook, once."""
+    from grader.session import LANGUAGE_MODELS, session_imports
+    from utils.notebook_cells import cell_source
+
+    uses = {}
+    for path in sorted(SOLUTIONS.glob("*.ipynb")):
+        code = "\n".join(cell_source(c) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
+        uses[path.stem] = bool(re.search(r"^\s*(from|import)\s+(transformers|utils\.lm)\b", code, re.M))
+    assert sum(uses.values()) >= 2 and not all(uses.values()), uses
+    for stem, needs in uses.items():
+        imported = session_imports([stem])
+        assert needs == (set(LANGUAGE_MODELS) <= set(imported)), f"{stem}: uses a language model {needs}, imports {imported}"
+        assert imported[:len(imported) - len(LANGUAGE_MODELS) * needs] == session_imports([])
+    everything = session_imports(sorted(uses))
+    assert len(everything) == len(set(everything)) and set(LANGUAGE_MODELS) <= set(everything)
