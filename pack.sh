@@ -43,18 +43,18 @@ case "$cmd" in
             exec "$VENV/bin/python" -m pytest -m "unit or judge or fast_e2e" -n "${LAS_TEST_WORKERS:-2}" --dist loadfile \
                 --durations=15 "$@"
         fi
-        # The whole suite (CI) in two passes over the tiers of tests/conftest.py. The unit, judge, notebook
-        # and environment tiers on two pytest workers: nothing there times the machine. Then the CLI and
-        # browser tiers one test at a time: they grade classes with two workers of their own, and their time
-        # limits and the grader's overload rule assume the machine is theirs.
+        # The whole suite (CI) in two passes (tests/conftest.py marks the tiers): first everything but the
+        # tests marked `alone`, on two pytest workers, each test file on one; then the `alone` tests one at a
+        # time: they grade classes with workers of their own, and their time limits and the grader's overload
+        # rule assume the machine is theirs.
         for arg in "$@"; do   # a marker expression of the caller's own picks the tests: one pass
             case "$arg" in -m*) exec "$VENV/bin/python" -m pytest "$@" ;; esac
         done
         set +e
-        "$VENV/bin/python" -m pytest -m "unit or judge or notebooks or env" -n "${LAS_TEST_WORKERS:-2}" \
+        "$VENV/bin/python" -m pytest -m "not alone" -n "${LAS_TEST_WORKERS:-2}" \
             --dist loadfile "$@"
         first=$?
-        "$VENV/bin/python" -m pytest -m "cli or browser" "$@"
+        "$VENV/bin/python" -m pytest -m alone "$@"
         second=$?
         # 5 is "no test collected": fine for one pass (a single file named), not for both
         [ "$first" = 5 ] && [ "$second" != 5 ] && first=0

@@ -32,6 +32,11 @@ TIERS = {
     "env": ("test_environment", "test_hosted_setup", "test_bundle"),
     "browser": ("test_formgrader_browser",),
 }
+#: cli-tier files that share the machine safely: they time nothing and start no grading time limit, so the
+#: full suite runs them beside the unit, judge, notebook and environment tiers on two workers (./pack.sh
+#: test, first pass). Every other cli and browser test is marked ``alone`` and runs in the second pass, one
+#: test at a time: it grades classes with workers of its own, and its limits assume the machine is its own.
+BESIDE_OTHERS = ("test_grader_audit", "test_similarity", "test_taskA_demo")
 #: the one small class graded end to end in the fast tier: the tests of this file that use this fixture
 #: (a Task-1 class graded light and full); the file's timing and memory-cap tests stay in the cli tier
 FAST_END_TO_END = ("tests/test_grader_session.py", "light_and_full")
@@ -50,12 +55,13 @@ def pytest_configure(config):
     for tier in TIERS:
         config.addinivalue_line("markers", f"{tier}: the {tier} tier of the test pyramid (tests/conftest.py TIERS)")
     config.addinivalue_line("markers", "fast_e2e: the small end-to-end class of ./pack.sh test fast")
+    config.addinivalue_line("markers", "alone: a cli or browser test the full suite runs with the machine to itself")
 
 
 def pytest_collection_modifyitems(config, items):
     """Mark every test with its file's tier; a test that needs the nbgrader round trips of every notebook
     (the ``roundtrips`` fixture, minutes) is a CLI test wherever it lives. A file no tier names is "cli"
-    (the slow side), so a new file never slips into the fast loop by accident."""
+    (the slow side, run alone), so a new file never slips into the fast loop or beside other tests by accident."""
     tier_of = {name: tier for tier, names in TIERS.items() for name in names}
     for item in items:
         stem = Path(str(item.fspath)).stem
@@ -63,6 +69,8 @@ def pytest_collection_modifyitems(config, items):
         if "roundtrips" in getattr(item, "fixturenames", ()):
             tier = "cli"
         item.add_marker(getattr(pytest.mark, tier))
+        if tier in ("cli", "browser") and stem not in BESIDE_OTHERS:
+            item.add_marker(pytest.mark.alone)
         path, fixture = FAST_END_TO_END
         if Path(str(item.fspath)).as_posix().endswith(path) and fixture in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.fast_e2e)
