@@ -1,13 +1,14 @@
 """Grading a class: worker-seconds per student, this grader against the one before, same run.
 
-Builds a class of N students, each submitting the five solution notebooks as a student would (the
-release with the solution's answers, grader.mutants.student_copy), and autogrades it with
+Builds a class of N students, each submitting the five solution notebooks (or those ``--notebooks`` names)
+as a student would (the release with the solution's answers, grader.mutants.student_copy), and autogrades it with
 ``--workers W`` twice: with this checkout's grader and with the grader of ``--against`` (a git
 worktree of that commit, sharing this checkout's model cache). Both run on the same machine, one
 after the other, so their ratio holds even where the machine is shared; load averages are recorded.
 
     python benchmarks/class_grading.py                          # 4 students, 2 workers: about 6 minutes on 2 cores
     python benchmarks/class_grading.py --students 8 --full-run full --against none
+    python benchmarks/class_grading.py --notebooks task1_infonce --students 10 --against 21d6566   # a Task 1 class
 
 Prints, per grader: wall time, the per-batch part (syncing the gradebook, the solution's reference
 values), worker-seconds per student of the rest (wall x workers / students), students per minute,
@@ -61,11 +62,14 @@ print("CLASS " + json.dumps({"wall_s": wall, "reference_s": spent["reference"], 
 """
 
 
-def build_class(grading: Path, students: int) -> None:
-    """``students`` submission folders under ``grading/submitted``, each with all five notebooks."""
+def build_class(grading: Path, students: int, stems: list[str] | None = None) -> None:
+    """``students`` submission folders under ``grading/submitted``, each with the notebooks ``stems``
+    (default: all five)."""
     from grader.mutants import student_copy
 
     for path in sorted((ROOT / "solutions" / "ex01").glob("*.ipynb")):
+        if stems and path.stem not in stems:
+            continue
         release = json.loads((ROOT / "notebooks" / "ex01" / path.name).read_text(encoding="utf-8"))
         text = json.dumps(student_copy(release, json.loads(path.read_text(encoding="utf-8"))))
         for i in range(students):
@@ -119,6 +123,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--full-run", default="default", choices=["default", "light", "full"],
                         help="this grader's full-run mode (default: its default, light)")
+    parser.add_argument("--notebooks", default="",
+                        help="comma-separated stems each student submits (default: all five)")
     parser.add_argument("--against", default="b780e18",
                         help="the commit whose grader is timed too ('none' to skip; default: the last commit with one kernel per notebook)")
     args = parser.parse_args()
@@ -126,11 +132,12 @@ def main() -> None:
     out = build_dir() / "bench" / "class_grading.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     result = {"machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
-              "students": args.students, "workers": args.workers, "runs": []}
+              "students": args.students, "notebooks": args.notebooks or "all", "workers": args.workers, "runs": []}
     graders = [(f"this checkout ({args.full_run} full run)", None)]
     if args.against != "none":
         graders.append((f"one kernel per notebook ({args.against})", args.against))
-    print(f"grading {args.students} students x 5 notebooks with {args.workers} workers, "
+    stems = args.notebooks or "5 notebooks"
+    print(f"grading {args.students} students x {stems} with {args.workers} workers, "
           f"{len(graders)} grader(s); the old one takes about 110 worker-seconds per student", flush=True)
     with tempfile.TemporaryDirectory(prefix="las-class-bench-") as tmp:
         tmp = Path(tmp)
@@ -138,7 +145,7 @@ def main() -> None:
             for i, (label, rev) in enumerate(graders):
                 checkout = ROOT if rev is None else old_checkout(rev, tmp / "old")
                 grading = tmp / f"grading-{i}"
-                build_class(grading, args.students)
+                build_class(grading, args.students, [s for s in args.notebooks.split(",") if s])
                 record = grade_class(checkout, grading, args.workers, args.full_run if rev is None else "default")
                 row = summarise(label, record, args.students, args.workers)
                 result["runs"].append(row)

@@ -32,13 +32,13 @@ TIERS = {
     "env": ("test_environment", "test_hosted_setup", "test_bundle"),
     "browser": ("test_formgrader_browser",),
 }
-#: cli-tier files that share the machine safely: nothing in them asserts a time, a time limit or a "timed out"
-#: status, and what they grade runs in seconds against the default limits (a minute a case). The full suite
-#: runs them, and every test using the ``roundtrips`` fixture (plain nbgrader), beside the unit, judge,
-#: notebook and environment tiers on two workers (./pack.sh test, first pass). Every other cli and browser
-#: test is marked ``alone`` and runs in the second pass, one test at a time: it grades with limits of its
-#: own (seconds), tests the overload rule or a cluster, and those assume the machine is its own.
-BESIDE_OTHERS = ("test_similarity", "test_taskA_demo", "test_nbgrader_bridge", "test_grader_honest")
+#: cli-tier files that share the machine well: one process each (a core of the second pass would idle beside
+#: them), and nothing in them asserts a time, sets a limit of its own or expects "timed out". The full suite
+#: runs them beside the unit, judge, notebook and environment tiers on two workers (./pack.sh test, first
+#: pass). Every other cli and browser test is marked ``alone`` and runs in the second pass, one test at a
+#: time: it grades with two workers (both cores busy: beside other tests the pass took longer, measured),
+#: or with limits of seconds, the overload rule or a cluster that assume the machine is its own.
+BESIDE_OTHERS = ("test_similarity", "test_taskA_demo")
 #: the one small class graded end to end in the fast tier: the tests of this file that use this fixture
 #: (a Task-1 class graded light and full); the file's timing and memory-cap tests stay in the cli tier
 FAST_END_TO_END = ("tests/test_grader_session.py", "light_and_full")
@@ -71,8 +71,7 @@ def pytest_collection_modifyitems(config, items):
         if "roundtrips" in getattr(item, "fixturenames", ()):
             tier = "cli"
         item.add_marker(getattr(pytest.mark, tier))
-        if tier in ("cli", "browser") and stem not in BESIDE_OTHERS and "roundtrips" not in getattr(
-                item, "fixturenames", ()):
+        if tier in ("cli", "browser") and stem not in BESIDE_OTHERS:
             item.add_marker(pytest.mark.alone)
         path, fixture = FAST_END_TO_END
         if Path(str(item.fspath)).as_posix().endswith(path) and fixture in getattr(item, "fixturenames", ()):
