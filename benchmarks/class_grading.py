@@ -135,7 +135,8 @@ def main() -> None:
               "students": args.students, "notebooks": args.notebooks or "all", "workers": args.workers, "runs": []}
     graders = [(f"this checkout ({args.full_run} full run)", None)]
     if args.against != "none":
-        graders.append((f"one kernel per notebook ({args.against})", args.against))
+        old = " (one kernel per notebook)" if args.against == "b780e18" else ""
+        graders.append((f"the grader of {args.against}{old}", args.against))
     stems = args.notebooks or "5 notebooks"
     print(f"grading {args.students} students x {stems} with {args.workers} workers, "
           f"{len(graders)} grader(s); the old one takes about 110 worker-seconds per student", flush=True)
