@@ -57,10 +57,11 @@ case "$cmd" in
         "$VENV/bin/python" -m pytest -m alone "$@"
         second=$?
         # 5 is "no test collected": fine for one pass (a single file named), not for both
-        [ "$first" = 5 ] && [ "$second" != 5 ] && first=0
-        [ "$second" = 5 ] && [ "$first" != 5 ] && [ "$first" = 0 ] && second=0
-        [ "$first" != 0 ] && exit "$first"
-        exit "$second"
+        [ "$first" = 5 ] && [ "$second" = 5 ] && exit 5
+        for rc in "$first" "$second"; do
+            [ "$rc" = 0 ] || [ "$rc" = 5 ] || exit "$rc"
+        done
+        exit 0
         ;;
     env)
         ensure_env

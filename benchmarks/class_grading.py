@@ -137,8 +137,8 @@ def main() -> None:
     if args.against != "none":
         old = " (one kernel per notebook)" if args.against == "b780e18" else ""
         graders.append((f"the grader of {args.against}{old}", args.against))
-    stems = args.notebooks or "5 notebooks"
-    print(f"grading {args.students} students x {stems} with {args.workers} workers, "
+    stems = [stem for stem in args.notebooks.split(",") if stem]   # none: all five
+    print(f"grading {args.students} students x {', '.join(stems) or '5 notebooks'} with {args.workers} workers, "
           f"{len(graders)} grader(s); the old one takes about 110 worker-seconds per student", flush=True)
     with tempfile.TemporaryDirectory(prefix="las-class-bench-") as tmp:
         tmp = Path(tmp)
@@ -146,7 +146,7 @@ def main() -> None:
             for i, (label, rev) in enumerate(graders):
                 checkout = ROOT if rev is None else old_checkout(rev, tmp / "old")
                 grading = tmp / f"grading-{i}"
-                build_class(grading, args.students, [s for s in args.notebooks.split(",") if s])
+                build_class(grading, args.students, stems)
                 record = grade_class(checkout, grading, args.workers, args.full_run if rev is None else "default")
                 row = summarise(label, record, args.students, args.workers)
                 result["runs"].append(row)

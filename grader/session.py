@@ -54,21 +54,18 @@ PREIMPORT = ("numpy", "torch", "matplotlib", "matplotlib.pyplot", "seaborn", "pa
              "IPython.core.interactiveshell", "IPython.display", "matplotlib_inline.backend_inline", "utils",
              "utils.presets", "utils.plotting", "utils.data", "utils.device", "utils.vision", "utils.scaling",
              "utils.critic", "utils.answer_loader", "utils.notebook_presets")
-#: The language-model libraries: about 3 s of a session's start, so imported only when a notebook of
-#: the plan uses them (transformers imports its model classes lazily: both notebooks use each of these).
+#: The language-model libraries: about 3 s of a session's start, so imported only when the plan holds a
+#: notebook that uses them (transformers imports its model classes lazily: both notebooks use each of these).
 LANGUAGE_MODELS = ("transformers", "utils.lm", "transformers.models.gpt_neox.modeling_gpt_neox",
                    "transformers.models.bert.modeling_bert")
-#: What a notebook needs beyond PREIMPORT, by stem (tests/test_grader_units.py checks it against the
-#: notebooks' own imports).
-NOTEBOOK_IMPORTS = {"task2_pseudo_likelihood": LANGUAGE_MODELS, "taskB_pythia_scaling": LANGUAGE_MODELS}
+#: The notebooks that use them (tests/test_grader_units.py checks this against the notebooks' own imports).
+LANGUAGE_MODEL_NOTEBOOKS = ("task2_pseudo_likelihood", "taskB_pythia_scaling")
 
 
 def session_imports(stems) -> list[str]:
-    """The modules a session imports once, before its notebooks ``stems`` (in order, no repeats)."""
-    names = list(PREIMPORT)
-    for stem in stems:
-        names += [name for name in NOTEBOOK_IMPORTS.get(stem, ()) if name not in names]
-    return names
+    """The modules a session imports once, before its notebooks ``stems``."""
+    needs_models = any(stem in LANGUAGE_MODEL_NOTEBOOKS for stem in stems)
+    return [*PREIMPORT, *(LANGUAGE_MODELS if needs_models else ())]
 
 
 GRACE = 5.0                      # seconds past a cell's limit before an ignored interrupt means a kill
