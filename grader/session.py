@@ -50,7 +50,7 @@ from . import probe, process
 
 #: Imported once per session, before any notebook: what several notebooks' setup cells and graded code use
 #: (a library only one notebook needs, or only its demonstrations, costs the same imported where it is used).
-PREIMPORT = ("numpy", "torch", "matplotlib", "matplotlib.pyplot", "seaborn", "pandas", "tqdm.auto",
+PREIMPORT = ("numpy", "torch", "matplotlib", "matplotlib.pyplot", "pandas", "tqdm.auto",
              "IPython.core.interactiveshell", "IPython.display", "matplotlib_inline.backend_inline", "utils",
              "utils.presets", "utils.plotting", "utils.data", "utils.device", "utils.vision", "utils.scaling",
              "utils.critic", "utils.answer_loader", "utils.notebook_presets")
