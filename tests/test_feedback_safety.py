@@ -311,7 +311,8 @@ def pages(tmp_path_factory):
     from nbgrader.api import Gradebook
 
     from grader import ASSIGNMENT
-    from grader.course import COURSE_ID, scratch_course
+    from fixtures import scratch_course
+    from grader.course import COURSE_ID
     from grader.feedback import feedback
     from grader.judge import points_per_test_cell
     from grader.mutants import student_copy

@@ -25,7 +25,7 @@ STEM = "task1_infonce"
 def batch(tmp_path_factory):
     """Collect, autograde (2 workers), export and feedback for every hostile fixture."""
     tmp = tmp_path_factory.mktemp("grader-batch")
-    from grader.course import scratch_course
+    from fixtures import scratch_course
     from grader.sandbox import protections
 
     course, release, solution = scratch_course(tmp, SOLUTIONS / f"{STEM}.ipynb")

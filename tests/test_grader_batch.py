@@ -322,7 +322,8 @@ def feedback_course(tmp_path_factory):
     from nbgrader.api import Gradebook
 
     from grader import ASSIGNMENT
-    from grader.course import COURSE_ID, scratch_course
+    from fixtures import scratch_course
+    from grader.course import COURSE_ID
 
     course, release, _ = scratch_course(tmp_path_factory.mktemp("feedback"), SOLUTIONS / f"{STEM}.ipynb")
     subs = {"alice": _executed(release, "plain output\n"),

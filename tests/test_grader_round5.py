@@ -68,7 +68,7 @@ def _texts(cell: dict) -> str:
 def klass(tmp_path_factory):
     if not _bwrap():
         pytest.skip("round 5 signals pid 1: only in bubblewrap")
-    from grader.course import scratch_course
+    from fixtures import scratch_course
     from grader.mutants import student_copy
 
     tmp = tmp_path_factory.mktemp("round5")
@@ -200,7 +200,7 @@ def test_surrogates_shadow_files_and_floods_cost_no_grade(klass):
 @pytest.fixture(scope="module")
 def shard(tmp_path_factory):
     """Two students graded as shard 0 of 1 (not merged yet): a pristine copy to tamper with per test."""
-    from grader.course import scratch_course
+    from fixtures import scratch_course
     from grader.mutants import student_copy
 
     tmp = tmp_path_factory.mktemp("round5-shards")
@@ -282,7 +282,7 @@ def test_the_seed_is_in_nothing_the_sandbox_can_read(tmp_path):
     from grader.results import NotebookResult, Settings, Job
     from grader.launch import session_command, session_plan
     from grader.submissions import release_view
-    from grader.course import scratch_course
+    from fixtures import scratch_course
     from grader.mutants import student_copy
 
     course, release, solution = scratch_course(tmp_path, SOLUTIONS / f"{STEM}.ipynb")
@@ -306,7 +306,8 @@ def test_a_notebook_the_cleaner_cannot_handle_is_not_copied_and_stops_nothing(tm
     from grader.results import NotebookResult
     from grader.scoring import merge
     from grader.fullrun import write_notebook
-    from grader.course import add_students, scratch_course
+    from fixtures import scratch_course
+    from grader.course import add_students
 
     course, release, solution = scratch_course(tmp_path, SOLUTIONS / f"{STEM}.ipynb")
     add_students(course, ["alice"])

@@ -22,7 +22,7 @@ STEM = "task1_infonce"
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
-    from grader.course import scratch_course
+    from fixtures import scratch_course
 
     return scratch_course(tmp_path_factory.mktemp("session"), SOLUTIONS / f"{STEM}.ipynb")
 

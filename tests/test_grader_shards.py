@@ -85,7 +85,7 @@ def _assert_same_csv(got: Path, want: Path) -> None:
 @pytest.fixture(scope="module")
 def klass(tmp_path_factory):
     """The class's source folder (Task 1 only) and inbox."""
-    from grader.course import scratch_course
+    from fixtures import scratch_course
 
     tmp = tmp_path_factory.mktemp("class")
     (tmp / "scratch").mkdir()

@@ -145,7 +145,7 @@ def klass(tmp_path_factory):
     """A Task-1-only source folder and an inbox of four honest students (the solution's answers and
     three everyday styles), split 2/2 (or at least 1/3) over two shards."""
     from grader.batch import shard_of
-    from grader.course import scratch_course
+    from fixtures import scratch_course
     from grader.mutants import student_copy
 
     tmp = tmp_path_factory.mktemp("slurm-class")
