@@ -15,7 +15,7 @@ _STYLE_SET = False
 #: matplotlib settings it makes, written out: importing seaborn costs about a second in every kernel and
 #: every grading session, and these settings are all the pack uses of it. One difference: the default
 #: colormap stays matplotlib's viridis (seaborn's "rocket" exists only once seaborn is imported; every
-#: image the notebooks draw names its colormap or is RGB). tests/test_utils.py checks this against seaborn.
+#: image the notebooks draw names its colormap or is RGB). The course repository's tests check this against seaborn.
 SEABORN_THEME = {
     "axes.axisbelow": True, "axes.edgecolor": ".8", "axes.grid": True, "axes.labelcolor": ".15",
     "axes.labelsize": 12.0, "axes.linewidth": 1.25, "axes.titlesize": 12.0,
