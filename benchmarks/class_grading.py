@@ -135,8 +135,7 @@ def main() -> None:
               "students": args.students, "notebooks": args.notebooks or "all", "workers": args.workers, "runs": []}
     graders = [(f"this checkout ({args.full_run} full run)", None)]
     if args.against != "none":
-        old = " (one kernel per notebook)" if args.against == "b780e18" else ""
-        graders.append((f"the grader of {args.against}{old}", args.against))
+        graders.append((f"the grader of {args.against}", args.against))
     stems = [stem for stem in args.notebooks.split(",") if stem]   # none: all five
     print(f"grading {args.students} students x {', '.join(stems) or '5 notebooks'} with {args.workers} workers, "
           f"{len(graders)} grader(s); the old one takes about 110 worker-seconds per student", flush=True)

@@ -63,7 +63,8 @@ def summarise(lines: list[dict], top: int = 30) -> dict:
         entry["children"] += line["children"]
     phases = sorted(({"id": line["id"], "when": line["when"], "wall": round(line["wall"], 1),
                       "cpu": round(line["self"] + line["children"], 1)} for line in lines), key=lambda p: -p["cpu"])
-    return {"files": {f: {k: round(v, 1) for k, v in e.items()} for f, e in sorted(files.items(), key=lambda kv: -kv[1]["cpu"])},
+    ranked = sorted(files.items(), key=lambda kv: -kv[1]["cpu"])
+    return {"files": {f: {k: round(v, 1) for k, v in e.items()} for f, e in ranked},
             "phases": phases[:top], "wall": round(sum(e["wall"] for e in files.values()), 1),
             "cpu": round(sum(e["cpu"] for e in files.values()), 1)}
 

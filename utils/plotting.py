@@ -32,6 +32,10 @@ SEABORN_THEME = {
 COLORBLIND = ("#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133",
               "#56b4e9")
 
+#: the pack's own settings, on top of the theme
+PACK_SETTINGS = {"figure.figsize": (6.4, 4.0), "figure.dpi": 110, "savefig.dpi": 150, "savefig.bbox": "tight",
+                 "axes.titleweight": "bold"}
+
 
 def set_style() -> None:
     """Apply the pack's theme (seaborn's whitegrid look and colorblind palette, without importing seaborn)
@@ -41,15 +45,7 @@ def set_style() -> None:
 
     matplotlib.rcParams.update(SEABORN_THEME)
     matplotlib.rcParams["axes.prop_cycle"] = cycler(color=[matplotlib.colors.to_rgb(c) for c in COLORBLIND])
-    matplotlib.rcParams.update(
-        {
-            "figure.figsize": (6.4, 4.0),
-            "figure.dpi": 110,
-            "savefig.dpi": 150,
-            "savefig.bbox": "tight",
-            "axes.titleweight": "bold",
-        }
-    )
+    matplotlib.rcParams.update(PACK_SETTINGS)
     try:  # Crisp figures in Jupyter; harmless outside IPython.
         from IPython import get_ipython
 
