@@ -51,11 +51,16 @@ case "$cmd" in
             case "$arg" in -m*) exec "$VENV/bin/python" -m pytest "$@" ;; esac
         done
         set +e
+        own_cache=""   # one release cache for both passes (tests/conftest.py makes one per pass otherwise)
+        if [ -z "${LAS_RELEASE_CACHE:-}" ]; then
+            own_cache=$(mktemp -d -t las-release-cache.XXXXXX) && export LAS_RELEASE_CACHE=$own_cache
+        fi
         "$VENV/bin/python" -m pytest -m "not alone" -n "${LAS_TEST_WORKERS:-2}" \
             --dist loadfile "$@"
         first=$?
         "$VENV/bin/python" -m pytest -m alone "$@"
         second=$?
+        [ -n "$own_cache" ] && rm -rf "$own_cache"
         # 5 is "no test collected": fine for one pass (a single file named), not for both
         [ "$first" = 5 ] && [ "$second" = 5 ] && exit 5
         for rc in "$first" "$second"; do

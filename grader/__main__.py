@@ -208,7 +208,7 @@ def cmd_feedback(args) -> int:
     from .feedback import feedback
 
     course = _course(args)
-    done, problems = feedback(course, args.student or None)
+    done, problems = feedback(course, args.student or None, workers=args.workers)
     rows = [[s, ", ".join(done.get(s, [])) or "-", "; ".join(problems.get(s, [])) or "-"]
             for s in sorted(set(done) | set(problems))]
     print(table(rows, ["student", "feedback pages", "problems"]))
@@ -310,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--show", type=int, default=15, help="pairs printed here (default 15)")
     p = sub.add_parser("feedback", help="write feedback HTML")
     p.add_argument("--student", action="append")
+    p.add_argument("--workers", type=int, default=0,
+                   help="nbgrader processes rendering pages at once (default: the cores, at most 4; one per 8 students)")
     p = sub.add_parser("mutants", help="mutation-test the judge's cases")
     p.add_argument("--notebook", action="append", help="only this notebook stem (repeatable)")
     p.add_argument("--seeds", type=int, default=20, help="input seeds 0..N-1 (every mutant must lose on each)")

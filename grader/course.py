@@ -23,7 +23,6 @@ import re
 import shutil
 import sqlite3
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from pathlib import Path
 from utils.notebook_cells import read_notebook
 
 from . import ASSIGNMENT, ROOT
-from .release import nbgrader_env, release_notebooks  # noqa: F401 - nbgrader_env: every verb's, re-exported
+from .release import NBGRADER, nbgrader_env, release_notebooks  # noqa: F401 - nbgrader_env: every verb's, re-exported
 
 COURSE_ID = "learning-at-scale"
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$")
@@ -194,7 +193,7 @@ def nbgrader(args: list[str], *, course_root: Path, db_url: str, env: dict | Non
              timeout: float | None = None, extra: list[str] = ()) -> subprocess.CompletedProcess:
     """Run ``python -m nbgrader ARGS`` on a course folder, configured entirely from the command line
     (no nbgrader_config.py is read: the grading folder may live anywhere)."""
-    cmd = [sys.executable, "-m", "nbgrader", *args,
+    cmd = [*NBGRADER, *args,
            f"--CourseDirectory.root={course_root}", f"--CourseDirectory.db_url={db_url}",
            f"--CourseDirectory.course_id={COURSE_ID}", *extra]
     return subprocess.run(cmd, cwd=course_root, capture_output=True, text=True, env=nbgrader_env(env),
@@ -215,11 +214,86 @@ def sync_assignment(course: Course) -> list[str]:
         unchanged = stamp.read_text().strip() == digest and course.db_path.exists() and any(course.release.glob("*.ipynb"))
     except OSError:
         unchanged = False
-    if not unchanged:   # nbgrader's generate_assignment costs about 15 s: only when the source changed
+    if not unchanged:   # nbgrader's generate_assignment costs about 10 s: only when the source changed
         stamp.unlink(missing_ok=True)
-        release_notebooks(course.source, course.release, db_url=course.db_url)
+        fresh = not course.db_path.exists()
+        if not (fresh and _from_release_cache(course, digest)):
+            release_notebooks(course.source, course.release, db_url=course.db_url)
+            if fresh:
+                _to_release_cache(course, digest)
         stamp.write_text(digest + "\n")
     return course.notebook_names()
+
+
+def release_cache_dir() -> Path | None:
+    """Where a fresh grading folder takes its release and gradebook from, when another folder (a shard, a
+    second class, a test) was synced with the same source before: ``$LAS_RELEASE_CACHE`` when set (``off``
+    turns it off), else ``$XDG_CACHE_HOME/learning-at-scale/releases`` (``~/.cache``). Outside the
+    repository, so no sandbox sees it. An entry holds what ``generate_assignment`` wrote: the release and
+    a gradebook with the assignment and no student."""
+    env = os.environ.get("LAS_RELEASE_CACHE", "")
+    if env.lower() == "off":
+        return None
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "learning-at-scale" / "releases"
+
+
+def _cache_key(digest: str) -> str:
+    """The release digest with nbgrader's version: a new nbgrader may write another gradebook schema."""
+    import hashlib
+    from importlib.metadata import version
+
+    return hashlib.sha256(f"{digest}\0nbgrader {version('nbgrader')}".encode()).hexdigest()[:32]
+
+
+def _entry_files(folder: Path) -> dict[str, str]:
+    """relative path -> sha256 of every file of a cache entry but its manifest."""
+    import hashlib
+
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+
+
+def _from_release_cache(course: Course, digest: str) -> bool:
+    """Copy a cached release and gradebook into the fresh ``course``; False (nothing written) when the
+    cache is off or has no entry, or when the entry's files differ from its manifest (then the entry is
+    removed, and this sync stores a new one)."""
+    cache = release_cache_dir()
+    entry = cache / _cache_key(digest) if cache else None
+    try:
+        if entry is None or not entry.exists():
+            return False
+        if json.loads((entry / "manifest.json").read_text()) != _entry_files(entry):
+            shutil.rmtree(entry, ignore_errors=True)
+            return False
+        if course.release.exists():
+            shutil.rmtree(course.release)
+        shutil.copytree(entry / "release", course.release)
+        shutil.copyfile(entry / "gradebook.db", course.db_path)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _to_release_cache(course: Course, digest: str) -> None:
+    """Keep the release and the gradebook ``course`` was just synced with (no student in it yet) for the
+    next fresh folder; a cache that cannot be written costs nothing but the next sync's time."""
+    cache = release_cache_dir()
+    if cache is None:
+        return
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".entry-", dir=cache))
+        shutil.copytree(course.release, tmp / "release")
+        snapshot_db(course.db_path, tmp / "gradebook.db")
+        (tmp / "manifest.json").write_text(json.dumps(_entry_files(tmp)))
+        try:
+            tmp.rename(cache / _cache_key(digest))   # atomic; another process's entry may already be there
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except (OSError, sqlite3.Error):
+        pass
 
 
 def release_digest(source: Path) -> str:

@@ -615,19 +615,45 @@ def _nbgrader_failures(log: str) -> dict[str, str]:
     return failed
 
 
-def feedback(course: Course, students: list[str] | None = None) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+#: Students per nbgrader process at least: each process costs about 3 s to start, a page about 0.5 s.
+STUDENTS_PER_RENDERER = 8
+
+
+def feedback_workers(requested: int | None, students: int) -> int:
+    """How many nbgrader processes render the pages: ``requested`` (default: the machine's cores, at most
+    4), never more than one per STUDENTS_PER_RENDERER students, at least 1."""
+    wanted = requested if requested and requested > 0 else min(4, os.cpu_count() or 1)
+    return max(1, min(wanted, -(-students // STUDENTS_PER_RENDERER)))
+
+
+def _render(root: Path, students: list[str]) -> dict[str, str]:
+    """``nbgrader generate_feedback`` on the scratch course ``root`` (its gradebook and the staged
+    ``autograded/<student>``); returns student -> why nbgrader could not render them."""
+    proc = nbgrader(["generate_feedback", ASSIGNMENT, "--force", "--log-level=WARN"],
+                    course_root=root, db_url=f"sqlite:///{root / 'gradebook.db'}")
+    failed = {s: why for s, why in _nbgrader_failures(proc.stdout + "\n" + proc.stderr).items() if s in students}
+    if proc.returncode != 0 and not failed:
+        raise RuntimeError("nbgrader generate_feedback failed:\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
+    return failed
+
+
+def feedback(course: Course, students: list[str] | None = None,
+             workers: int | None = None) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """Write grading/feedback/<student>/ex01/<notebook>.html.
 
     Returns (student -> notebooks done, student -> problems). One student's notebook that cannot
     be read or rendered is a problem for that student only: everyone else still gets feedback. A page
     that shows a line of the judge's code the student did not write (:func:`leaked_judge_lines`) is
-    deleted and reported as that student's problem; it never stops the others' feedback."""
+    deleted and reported as that student's problem; it never stops the others' feedback. The pages are
+    rendered by ``workers`` nbgrader processes at once (:func:`feedback_workers`), each with a share of the
+    class in a scratch course of its own; a student's page does not depend on who shares the process."""
+    from concurrent.futures import ThreadPoolExecutor
+
     students = students or course.students()
     done: dict[str, list[str]] = {}
     problems: dict[str, list[str]] = {}
     with tempfile.TemporaryDirectory(prefix="las-feedback-") as tmp:
         tmp = Path(tmp)
-        snapshot_db(course.db_path, tmp / "gradebook.db")
         staged = []
         for student in students:
             if not valid_student_id(student):
@@ -640,14 +666,22 @@ def feedback(course: Course, students: list[str] | None = None) -> tuple[dict[st
                 staged.append(student)
         if not staged:
             return done, problems
-        proc = nbgrader(["generate_feedback", ASSIGNMENT, "--force", "--log-level=WARN"],
-                        course_root=tmp, db_url=f"sqlite:///{tmp / 'gradebook.db'}")
-        failed = {s: why for s, why in _nbgrader_failures(proc.stdout + "\n" + proc.stderr).items() if s in staged}
-        if proc.returncode != 0 and not failed:
-            raise RuntimeError("nbgrader generate_feedback failed:\n" + proc.stdout[-3000:] + proc.stderr[-3000:])
+        count = feedback_workers(workers, len(staged))
+        shares = [staged[i::count] for i in range(count)]
+        roots = [tmp / f"part-{i}" for i in range(count)]
+        snapshot_db(course.db_path, tmp / "gradebook.db")
+        root_of = {}
+        for root, share in zip(roots, shares):
+            (root / "autograded").mkdir(parents=True)
+            shutil.copyfile(tmp / "gradebook.db", root / "gradebook.db")
+            for student in share:
+                (tmp / "autograded" / student).rename(root / "autograded" / student)
+                root_of[student] = root
+        with ThreadPoolExecutor(count) as pool:
+            failed = {s: why for part in pool.map(_render, roots, shares) for s, why in part.items()}
         secrets = course_secrets(course)
         for student in staged:
-            out_dir = tmp / "feedback" / student / ASSIGNMENT
+            out_dir = root_of[student] / "feedback" / student / ASSIGNMENT
             dest = course.folder("feedback", student)
             if dest.exists():
                 shutil.rmtree(dest)

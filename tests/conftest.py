@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -54,6 +57,11 @@ def sweep_seeds(default: int) -> list[int]:
 
 
 def pytest_configure(config):
+    if "LAS_RELEASE_CACHE" not in os.environ:
+        # one release cache for the run (grader/course.py release_cache_dir), never the user's ~/.cache: fresh
+        # grading folders copy the release generated once per source; xdist's workers inherit it
+        os.environ["LAS_RELEASE_CACHE"] = tempfile.mkdtemp(prefix="las-release-cache-")
+        atexit.register(shutil.rmtree, os.environ["LAS_RELEASE_CACHE"], True)
     for tier in TIERS:
         config.addinivalue_line("markers", f"{tier}: the {tier} tier of the test pyramid (tests/conftest.py TIERS)")
     config.addinivalue_line("markers", "fast_e2e: the small end-to-end class of ./pack.sh test fast")

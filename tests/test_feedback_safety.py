@@ -365,6 +365,22 @@ def _cases(points):
     return [c for c in load_cases(STEM) if c.cell in points]
 
 
+def test_the_pages_are_the_same_rendered_by_several_processes(pages, monkeypatch):
+    """`feedback --workers`: the class split over nbgrader processes (here one student each) gets the pages
+    one process wrote, byte for byte, and the same problems."""
+    import grader.feedback
+
+    from grader.feedback import feedback, feedback_workers
+
+    assert feedback_workers(None, 1) == 1 and feedback_workers(8, 20) == 3 and feedback_workers(2, 100) == 2
+    monkeypatch.setattr(grader.feedback, "STUDENTS_PER_RENDERER", 1)
+    course = pages["course"]
+    done, problems = feedback(course, workers=3)
+    assert (done, problems) == (pages["done"], pages["problems"])
+    for student, page in pages["pages"].items():
+        assert (course.folder("feedback", student) / f"{STEM}.html").read_text() == page, student
+
+
 def test_a_page_for_everyone_and_no_active_content(pages):
     assert pages["done"] == {"hostile": [STEM], "died": [STEM], "stalled": [STEM]}, pages["problems"]
     for student, page in pages["pages"].items():

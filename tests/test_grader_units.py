@@ -236,6 +236,7 @@ def test_the_release_is_generated_again_only_when_its_source_changes(tmp_path, m
     source = tmp_path / "source"
     shutil.copytree(SOLUTIONS, source)
     course = course_mod.Course(grading=tmp_path / "grading", source=source)
+    monkeypatch.setenv("LAS_RELEASE_CACHE", "off")   # this folder's own rule (the cache has a test of its own)
     calls = []
 
     def fake_release(src, dest, *, db_url=None):
@@ -258,6 +259,57 @@ def test_the_release_is_generated_again_only_when_its_source_changes(tmp_path, m
     course.db_path.unlink()   # a lost gradebook: the assignment must be recorded again
     course_mod.sync_assignment(course)
     assert len(calls) == 3
+
+
+def test_a_fresh_grading_folder_copies_the_release_synced_before(tmp_path, monkeypatch):
+    """A fresh grading folder (a shard, a second class, a test's) whose source was synced before takes that
+    release and gradebook from the release cache instead of running generate_assignment; an entry whose
+    files were changed after it was stored is not used, and ``LAS_RELEASE_CACHE=off`` stores nothing."""
+    import shutil
+    import sqlite3
+
+    from grader import course as course_mod
+
+    source = tmp_path / "source"
+    shutil.copytree(SOLUTIONS, source)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LAS_RELEASE_CACHE", str(cache))
+    calls = []
+
+    def fake_release(src, dest, *, db_url=None):
+        calls.append(src)
+        dest.mkdir(parents=True, exist_ok=True)
+        for nb in Path(src).glob("*.ipynb"):
+            (dest / nb.name).write_text(nb.read_text())
+        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as db:
+            db.execute("CREATE TABLE assignment (name TEXT)")
+            db.execute("INSERT INTO assignment VALUES ('ex01')")
+        return dest
+
+    def synced(name: str):
+        course = course_mod.Course(grading=tmp_path / name, source=source)
+        course_mod.sync_assignment(course)
+        with sqlite3.connect(course.db_path) as db:
+            rows = db.execute("SELECT name FROM assignment").fetchall()
+        return course, {p.name: p.read_text() for p in course.release.glob("*.ipynb")}, rows
+
+    monkeypatch.setattr(course_mod, "release_notebooks", fake_release)
+    _, first, rows = synced("a")
+    assert len(calls) == 1 and rows == [("ex01",)] and len(list(cache.iterdir())) == 1
+    _, second, rows = synced("b")
+    assert len(calls) == 1, "the second fresh folder ran generate_assignment again"
+    assert second == first and rows == [("ex01",)]
+    (entry,) = cache.iterdir()
+    victim = next((entry / "release").glob("*.ipynb"))
+    victim.write_text(victim.read_text().replace("Task", "Tusk", 1))   # changed after it was stored
+    _, third, _ = synced("c")
+    assert len(calls) == 2 and third == first
+    synced("e")   # "c" stored a sound entry in its place
+    assert len(calls) == 2
+    monkeypatch.setenv("LAS_RELEASE_CACHE", "off")
+    shutil.rmtree(cache)
+    synced("d")
+    assert len(calls) == 3 and not cache.exists()
 
 
 def test_a_deleted_test_cell_comes_back_in_its_place_when_graded_and_on_the_feedback_page(tmp_path):
