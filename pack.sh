@@ -51,9 +51,9 @@ case "$cmd" in
             case "$arg" in -m*) exec "$VENV/bin/python" -m pytest "$@" ;; esac
         done
         set +e
-        own_cache=""   # one release cache for both passes (tests/conftest.py makes one per pass otherwise)
-        if [ -z "${LAS_RELEASE_CACHE:-}" ]; then
-            own_cache=$(mktemp -d -t las-release-cache.XXXXXX) && export LAS_RELEASE_CACHE=$own_cache
+        own_cache=""   # the grader's caches, shared by both passes (tests/conftest.py TEST_CACHES)
+        if [ -z "${LAS_TEST_CACHE:-}" ]; then
+            own_cache=$(mktemp -d -t las-test-cache.XXXXXX) && export LAS_TEST_CACHE=$own_cache
         fi
         "$VENV/bin/python" -m pytest -m "not alone" -n "${LAS_TEST_WORKERS:-2}" \
             --dist loadfile "$@"

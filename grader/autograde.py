@@ -261,15 +261,16 @@ def _graded_before(course: Course, students: list[str], fingerprints: dict, regr
 
 def reference_values(course: Course, notebooks: list[str], settings: Settings, workroot: Path, say) -> dict:
     """notebook -> the judge's reference records: the solution's values for this batch's seed, computed
-    outside the sandbox (or read from grading/cache/)."""
-    references = {}
-    for nb in notebooks:
+    outside the sandbox (or read from grading/cache/), ``settings.workers`` notebooks at a time."""
+    def one(nb: str) -> dict:
         say(f"judge: reference values of {nb} (the solution, outside the sandbox)")
         release = json.loads((course.release / f"{nb}.ipynb").read_text(encoding="utf-8"))
         solution = json.loads((course.source / f"{nb}.ipynb").read_text(encoding="utf-8"))
-        references[nb] = judging.reference_records(nb, release, solution, settings.seed, workroot,
-                                                   threads=settings.threads(), cache_dir=course.grading / "cache")
-    return references
+        return judging.reference_records(nb, release, solution, settings.seed, workroot,
+                                         threads=settings.threads(), cache_dir=course.grading / "cache")
+
+    with ThreadPoolExecutor(max(1, min(settings.workers, len(notebooks)))) as pool:
+        return dict(zip(notebooks, pool.map(one, notebooks)))
 
 
 def _finish_student(course: Course, s: str, future, notebooks: list[str], prot: dict, fingerprint: dict,

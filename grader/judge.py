@@ -224,7 +224,8 @@ def judge_seed(grading: Path) -> int:
 
 
 _REFERENCE_CACHE: dict[tuple, dict[str, dict]] = {}
-_REFERENCE_LOCK = threading.Lock()
+_REFERENCE_LOCK = threading.Lock()          # guards _KEY_LOCKS
+_KEY_LOCKS: dict[tuple, threading.Lock] = {}   # one per notebook and seed: two notebooks' references run side by side
 
 
 def code_digest() -> str:
@@ -262,6 +263,8 @@ def reference_records(stem: str, release: dict, solution: dict, seed: int, workr
     key = (stem, seed, hashlib.sha256(json.dumps([release, solution], sort_keys=True).encode()).hexdigest())
     cache_dir = reference_cache_dir(cache_dir)
     with _REFERENCE_LOCK:
+        lock = _KEY_LOCKS.setdefault(key, threading.Lock())
+    with lock:
         if key in _REFERENCE_CACHE:
             return _REFERENCE_CACHE[key]
         disk = None

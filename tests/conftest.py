@@ -56,12 +56,20 @@ def sweep_seeds(default: int) -> list[int]:
     return list(range(int(raw) if raw else default))
 
 
+#: The grader's disk caches, one of each for the whole run (``./pack.sh test`` shares them between its passes
+#: through ``$LAS_TEST_CACHE``; xdist's workers inherit them), never the user's ``~/.cache``: a fresh grading
+#: folder copies the release generated once per source (grader/course.py release_cache_dir), and a class graded
+#: again with a judge seed used before (shards, Slurm tasks, resumes) reads the solution's reference records
+#: (grader/judge.py reference_cache_dir). Outside the sandbox's view: its /tmp is a tmpfs of its own.
+TEST_CACHES = {"LAS_RELEASE_CACHE": "releases", "LAS_REFERENCE_CACHE": "references"}
+
+
 def pytest_configure(config):
-    if "LAS_RELEASE_CACHE" not in os.environ:
-        # one release cache for the run (grader/course.py release_cache_dir), never the user's ~/.cache: fresh
-        # grading folders copy the release generated once per source; xdist's workers inherit it
-        os.environ["LAS_RELEASE_CACHE"] = tempfile.mkdtemp(prefix="las-release-cache-")
-        atexit.register(shutil.rmtree, os.environ["LAS_RELEASE_CACHE"], True)
+    if not os.environ.get("LAS_TEST_CACHE"):
+        os.environ["LAS_TEST_CACHE"] = tempfile.mkdtemp(prefix="las-test-cache-")
+        atexit.register(shutil.rmtree, os.environ["LAS_TEST_CACHE"], True)
+    for variable, folder in TEST_CACHES.items():
+        os.environ.setdefault(variable, os.path.join(os.environ["LAS_TEST_CACHE"], folder))
     for tier in TIERS:
         config.addinivalue_line("markers", f"{tier}: the {tier} tier of the test pyramid (tests/conftest.py TIERS)")
     config.addinivalue_line("markers", "fast_e2e: the small end-to-end class of ./pack.sh test fast")

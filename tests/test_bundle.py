@@ -295,11 +295,7 @@ def test_validate_in_the_bundle_shows_the_graders_view(built, tmp_path):
     assert tail[0].startswith("FAILED  task1_infonce.ipynb"), tail
     assert tail[1].startswith("FAILED  unfilled_task1.ipynb"), tail
     assert tail[2].startswith("ok  good_task1.ipynb"), tail
-    # a solved notebook alone: exit 0 and its one verdict line
-    proc = subprocess.run(["./pack.sh", "validate", "notebooks/ex01/good_task1.ipynb"],
-                          cwd=copy, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    assert proc.stdout.strip().splitlines()[-1].startswith("ok  good_task1.ipynb"), proc.stdout[-2000:]
+    # (exit 0 when every notebook is ready: tests/test_utils.py, without validating the solved notebook again)
 
 
 JUPYTER_SHIM = '''#!/bin/sh

@@ -412,3 +412,22 @@ def test_a_session_imports_the_language_model_libraries_only_for_notebooks_that_
         assert imported[:len(imported) - len(LANGUAGE_MODELS) * needs] == session_imports([])
     everything = session_imports(sorted(uses))
     assert len(everything) == len(set(everything)) and set(LANGUAGE_MODELS) <= set(everything)
+
+
+def test_grader_processes_import_jsonschema_without_its_iri_parsers():
+    """grader/__init__.py keeps jsonschema from building rfc3987_syntax's parsers (about 1.4 s of every
+    grader and nbgrader process the grader starts, grader.release.NBGRADER); nbformat still validates a
+    notebook. Without the grader first, the parsers are built: the premise holds for this jsonschema."""
+    import subprocess
+    import sys
+
+    from grader import ROOT
+    from grader.release import NBGRADER
+
+    check = ("import sys, nbformat; nbformat.validate(nbformat.read(sys.argv[1], 4)); "
+             "print(sys.modules.get('rfc3987_syntax') is not None)")
+    notebook = str(SOLUTIONS / "task1_infonce.ipynb")
+    loaded = {first: subprocess.run([sys.executable, "-c", first + check, notebook], cwd=ROOT, capture_output=True,
+                                    text=True).stdout.strip() for first in ("import grader; ", "")}
+    assert loaded == {"import grader; ": "False", "": "True"}, loaded
+    assert "import grader" in NBGRADER[-1]

@@ -181,6 +181,24 @@ def test_the_pack_style_is_seaborns_theme_without_importing_seaborn():
     assert set(ours) - set(seaborn) <= set(PACK_SETTINGS), set(ours) - set(seaborn)
 
 
+def test_validate_exits_0_only_when_every_notebook_is_ready(tmp_path, monkeypatch, capsys):
+    """`./pack.sh validate` (utils/validate.py; tests/test_bundle.py runs it on real notebooks): exit 0 and an
+    "ok" line only when neither nbgrader nor the grader's view has a problem with any notebook named."""
+    from utils import validate
+
+    good, bad = tmp_path / "good.ipynb", tmp_path / "bad.ipynb"
+    for path in (good, bad):
+        path.write_text("{}")
+    monkeypatch.setattr(validate, "nbgrader_problems", lambda path, verbose=False: [])
+    monkeypatch.setattr(validate, "grader_view_problems",
+                        lambda path: [] if path.endswith("good.ipynb") else ["line 2 of your cell `x` was not run"])
+    assert validate.validate([str(good)]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("ok  good.ipynb")
+    assert validate.validate([str(good), str(bad)]) == 1
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("FAILED  bad.ipynb")
+    assert validate.validate([str(tmp_path / "missing.ipynb")]) == 1
+
+
 def test_main_job_executes_a_notebook_into_build(tmp_path):
     env = dict(os.environ, LAS_BUILD_DIR=str(tmp_path))
     proc = subprocess.run([sys.executable, "-m", "utils.run_notebooks", "smoke", "--only", "task1"],
