@@ -226,6 +226,25 @@ def test_command_line_docstring_names_every_status():
     assert named == STATUS_ORDER, named
 
 
+def _fake_release(calls: list):
+    """A stand-in for grader.release.release_notebooks (nbgrader, seconds): copies the source notebooks as
+    the release, records the assignment in the gradebook at ``db_url`` and appends the source to ``calls``."""
+    import sqlite3
+
+    def fake_release(src, dest, *, db_url):
+        calls.append(src)
+        dest.mkdir(parents=True, exist_ok=True)
+        for nb in Path(src).glob("*.ipynb"):
+            (dest / nb.name).write_text(nb.read_text())
+        Path(db_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as db:
+            db.execute("CREATE TABLE IF NOT EXISTS assignment (name TEXT)")
+            db.execute("INSERT INTO assignment VALUES ('ex01')")
+        return dest
+
+    return fake_release
+
+
 def test_the_release_is_generated_again_only_when_its_source_changes(tmp_path, monkeypatch):
     """Each CLI autograde, shard and formgrader click syncs the assignment; nbgrader's generate_assignment
     (about 15 s) runs only when the source notebooks or the release code changed."""
@@ -238,17 +257,7 @@ def test_the_release_is_generated_again_only_when_its_source_changes(tmp_path, m
     course = course_mod.Course(grading=tmp_path / "grading", source=source)
     monkeypatch.setenv("LAS_RELEASE_CACHE", "off")   # this folder's own rule (the cache has a test of its own)
     calls = []
-
-    def fake_release(src, dest, *, db_url=None):
-        calls.append(src)
-        dest.mkdir(parents=True, exist_ok=True)
-        for nb in Path(src).glob("*.ipynb"):
-            (dest / nb.name).write_text(nb.read_text())
-        course.db_path.parent.mkdir(parents=True, exist_ok=True)
-        course.db_path.touch()
-        return dest
-
-    monkeypatch.setattr(course_mod, "release_notebooks", fake_release)
+    monkeypatch.setattr(course_mod, "release_notebooks", _fake_release(calls))
     course_mod.sync_assignment(course)
     course_mod.sync_assignment(course)
     assert len(calls) == 1
@@ -276,16 +285,6 @@ def test_a_fresh_grading_folder_copies_the_release_synced_before(tmp_path, monke
     monkeypatch.setenv("LAS_RELEASE_CACHE", str(cache))
     calls = []
 
-    def fake_release(src, dest, *, db_url=None):
-        calls.append(src)
-        dest.mkdir(parents=True, exist_ok=True)
-        for nb in Path(src).glob("*.ipynb"):
-            (dest / nb.name).write_text(nb.read_text())
-        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as db:
-            db.execute("CREATE TABLE assignment (name TEXT)")
-            db.execute("INSERT INTO assignment VALUES ('ex01')")
-        return dest
-
     def synced(name: str):
         course = course_mod.Course(grading=tmp_path / name, source=source)
         course_mod.sync_assignment(course)
@@ -293,7 +292,7 @@ def test_a_fresh_grading_folder_copies_the_release_synced_before(tmp_path, monke
             rows = db.execute("SELECT name FROM assignment").fetchall()
         return course, {p.name: p.read_text() for p in course.release.glob("*.ipynb")}, rows
 
-    monkeypatch.setattr(course_mod, "release_notebooks", fake_release)
+    monkeypatch.setattr(course_mod, "release_notebooks", _fake_release(calls))
     _, first, rows = synced("a")
     assert len(calls) == 1 and rows == [("ex01",)] and len(list(cache.iterdir())) == 1
     _, second, rows = synced("b")
