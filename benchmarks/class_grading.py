@@ -41,14 +41,14 @@ from grader.results import Settings
 from grader.autograde import autograde
 from grader.course import Course
 grading, workers, mode = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-spent = {"reference": 0.0}
+spans = []   # (start, end) of each notebook's reference values: a newer grader computes several at once
 original = judging.reference_records
 def timed(*args, **kwargs):
     started = time.perf_counter()
     try:
         return original(*args, **kwargs)
     finally:
-        spent["reference"] += time.perf_counter() - started
+        spans.append((started, time.perf_counter()))
 judging.reference_records = timed
 settings = Settings(workers=workers, seed=1234)
 if mode != "default" and hasattr(settings, "full_run"):
@@ -57,7 +57,8 @@ started = time.perf_counter()
 statuses = autograde(Course(grading=grading), settings=settings, progress=lambda msg: None)
 wall = time.perf_counter() - started
 points = {s: {nb: v.get("score") for nb, v in st["notebooks"].items()} for s, st in statuses.items()}
-print("CLASS " + json.dumps({"wall_s": wall, "reference_s": spent["reference"], "points": points,
+reference = max(end for _, end in spans) - min(start for start, _ in spans) if spans else 0.0
+print("CLASS " + json.dumps({"wall_s": wall, "reference_s": reference, "points": points,
                              "statuses": {s: st["status"] for s, st in statuses.items()}}))
 """
 
