@@ -16,6 +16,7 @@ A :class:`Course` is the TA's grading folder (default ``grading/``, or ``$LAS_GR
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -231,17 +232,20 @@ def release_cache_dir() -> Path | None:
     turns it off), else ``$XDG_CACHE_HOME/learning-at-scale/releases`` (``~/.cache``). Outside the
     repository, so no sandbox sees it. An entry holds what ``generate_assignment`` wrote: the release and
     a gradebook with the assignment and no student."""
-    env = os.environ.get("LAS_RELEASE_CACHE", "")
+    return cache_folder("LAS_RELEASE_CACHE",
+                        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "learning-at-scale" / "releases")
+
+
+def cache_folder(variable: str, default: Path | None) -> Path | None:
+    """A disk cache's folder: ``$variable`` when set, None (no disk cache) when it is ``off``, else ``default``."""
+    env = os.environ.get(variable, "")
     if env.lower() == "off":
         return None
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "learning-at-scale" / "releases"
+    return Path(env) if env else default
 
 
 def _cache_key(digest: str) -> str:
     """The release digest with nbgrader's version: a new nbgrader may write another gradebook schema."""
-    import hashlib
     from importlib.metadata import version
 
     return hashlib.sha256(f"{digest}\0nbgrader {version('nbgrader')}".encode()).hexdigest()[:32]
@@ -249,8 +253,6 @@ def _cache_key(digest: str) -> str:
 
 def _entry_files(folder: Path) -> dict[str, str]:
     """relative path -> sha256 of every file of a cache entry but its manifest."""
-    import hashlib
-
     return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "manifest.json"}
 
@@ -299,8 +301,6 @@ def _to_release_cache(course: Course, digest: str) -> None:
 def release_digest(source: Path) -> str:
     """A digest of what the release is made from: the source notebooks, the pack's nbgrader
     configuration and the release code."""
-    import hashlib
-
     h = hashlib.sha256()
     here = Path(__file__).resolve().parent
     for path in [*sorted(Path(source).glob("*.ipynb")), here / "nbgrader_config.py", here / "release.py"]:

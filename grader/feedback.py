@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from utils.notebook_cells import RUBRIC_TAG, cell_source, cell_tags, grade_id, nbgrader_meta
@@ -647,8 +648,6 @@ def feedback(course: Course, students: list[str] | None = None,
     deleted and reported as that student's problem; it never stops the others' feedback. The pages are
     rendered by ``workers`` nbgrader processes at once (:func:`feedback_workers`), each with a share of the
     class in a scratch course of its own; a student's page does not depend on who shares the process."""
-    from concurrent.futures import ThreadPoolExecutor
-
     students = students or course.students()
     done: dict[str, list[str]] = {}
     problems: dict[str, list[str]] = {}

@@ -31,7 +31,7 @@ from utils.answer_loader import explain_name_error
 from utils.notebook_cells import cell_role, cell_source, cell_tags, grade_id, is_graded, is_locked, nbgrader_meta
 
 from . import ROOT
-from .course import write_atomic
+from .course import cache_folder, write_atomic
 from .cases import CASE_KINDS, Case, case_kind  # noqa: F401 - re-exported: the case table's leaf module
 from .evidence import EvidenceError, Raised, decode
 from .process import kill_group, plan_process
@@ -247,10 +247,7 @@ def reference_cache_dir(default: Path | None = None) -> Path | None:
     """Where reference records persist between runs: ``$LAS_REFERENCE_CACHE`` when set (``off`` turns the
     disk cache off), else ``default`` (the batch's grading folder). Never under build/: the sandbox sees
     build/cache, and a reference record holds the expected values of hidden inputs."""
-    env = os.environ.get("LAS_REFERENCE_CACHE", "")
-    if env.lower() == "off":
-        return None
-    return Path(env) if env else default
+    return cache_folder("LAS_REFERENCE_CACHE", default)
 
 
 def reference_records(stem: str, release: dict, solution: dict, seed: int, workroot: Path,
