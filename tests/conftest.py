@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from roundtrip import REPO, collect, prepare_course, start_autograde
+from roundtrip import REPO, collect, copy_prepared_course, prepare_course, start_autograde
 
 pytest_plugins = ["conftest_lm"]  # the session-scoped `micro_suite` fixture
 
@@ -130,11 +130,11 @@ def roundtrips(tmp_path_factory):
     """
     _prebuild_models()
     notebooks = solution_notebooks()
-    runs = {}
-    for submission in ("solution", "release"):
-        course = tmp_path_factory.mktemp(f"course-{submission}")
-        prepare_course(course, notebooks)
-        runs[submission] = (course, start_autograde(course, submission, submission))
+    courses = {submission: tmp_path_factory.mktemp(f"course-{submission}") for submission in ("solution", "release")}
+    prepare_course(courses["solution"], notebooks)
+    # the same source gives the same release and gradebook: generated once, copied before any student is added
+    copy_prepared_course(courses["solution"], courses["release"])
+    runs = {name: (course, start_autograde(course, name, name)) for name, course in courses.items()}
     with ThreadPoolExecutor(2) as pool:
         futures = {name: pool.submit(collect, course, name, proc) for name, (course, proc) in runs.items()}
         return {name: f.result() for name, f in futures.items()}

@@ -59,6 +59,15 @@ def prepare_course(course: Path, notebooks: list[Path]) -> None:
         raise RuntimeError(f"generate_assignment failed:\n{proc.stdout}\n{proc.stderr}")
 
 
+def copy_prepared_course(prepared: Path, course: Path) -> None:
+    """``course`` as :func:`prepare_course` would make it from the same notebooks: a copy of ``prepared``'s
+    source, release and gradebook, taken before any student was added (nbgrader's generate_assignment and
+    the ``alembic`` call it starts for a new gradebook cost about 15 s)."""
+    for folder in ("source", "release"):
+        shutil.copytree(prepared / folder, course / folder)
+    shutil.copy2(prepared / "gradebook.db", course / "gradebook.db")
+
+
 def start_autograde(course: Path, student: str, submission: str) -> subprocess.Popen:
     """Submit ``submission`` ('solution' = the source notebooks, 'release' = the generated
     release, unmodified) as ``student`` and start ``nbgrader autograde`` in the background."""

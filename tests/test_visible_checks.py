@@ -352,7 +352,7 @@ def test_visible_tests_pass_on_the_solution_and_honest_answers_and_fail_on_visib
         if r["kind"] == "mutant" and (r["passed"] or r.get("died")):
             problems.append(f"{where} ({r['case']}) passes the visible test" if r["passed"] else f"{where}: {r['error']}")
         if r["kind"] == "solution" and r.get("cpu_seconds", 0.0) > 2.0:
-            problems.append(f"{r['test']} takes {r['cpu_seconds']} CPU-s on the solution (keep visible tests under 2 s)")
+            problems.append(f"{r['test']} takes {r['cpu_seconds']} CPU-s on the solution (keep it under 2 s)")
     from grader.mutants import load
 
     tested = {(r["cell"], r["name"]) for r in rows if r["kind"] == "mutant"}
