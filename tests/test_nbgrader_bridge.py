@@ -7,6 +7,7 @@ import copy
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -80,8 +81,8 @@ def test_plain_nbgrader_autograde_gives_the_judges_points(tmp_path):
     subs["displayhook_stub"] = hooked
     assert student_copy  # the fixtures above are built from the solution the same way
     write_inbox(tmp_path / "inbox", subs, STEM)
-    results = {}
-    for way in ("nbgrader", "pack"):
+
+    def grade(way: str) -> dict[str, float]:
         grading = tmp_path / way
         proc = grader_cli(grading, ROOT / "solutions" / "ex01", "collect", str(tmp_path / "inbox"))
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -93,7 +94,12 @@ def test_plain_nbgrader_autograde_gives_the_judges_points(tmp_path):
         else:
             proc = grader_cli(grading, ROOT / "solutions" / "ex01", "autograde", "--workers=2")
         assert proc.returncode == 0, f"{way}: {proc.stdout[-2000:]}{proc.stderr[-3000:]}"
-        results[way] = _scores(grading, sorted(subs))
+        return _scores(grading, sorted(subs))
+
+    # both ways at once, each in its own grading folder: plain nbgrader grades one student at a time
+    with ThreadPoolExecutor(2) as pool:
+        futures = {way: pool.submit(grade, way) for way in ("nbgrader", "pack")}
+        results = {way: future.result() for way, future in futures.items()}
     assert results["nbgrader"] == pytest.approx(results["pack"]), results
     assert results["nbgrader"]["displayhook_stub"] == 0.0
     assert results["nbgrader"]["everyday_modules"] == pytest.approx(11.0)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -250,21 +251,44 @@ def _squeue(job: str) -> str:
     return proc.stdout
 
 
+class LocalRun:
+    """The class graded on this machine, as reference, with the judge seed the Slurm runs reuse. Started when
+    created and awaited by :meth:`csv`, so the first test's array grades beside it (one worker here, one
+    per task there) instead of after it."""
+
+    def __init__(self, klass: dict):
+        from grader.course import nbgrader_env
+
+        self.seed = f"{secrets.randbelow(2 ** 62)}\n"   # as grader/judge.py judge_seed draws it
+        self.klass, self.grading = klass, _collected(klass, "local", self.seed)
+        cmd = [sys.executable, "-m", "grader", f"--grading-dir={self.grading}", f"--source={klass['source']}",
+               "autograde", "--workers=1", *_sandbox_args()]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=nbgrader_env(), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self._csv: bytes | None = None
+
+    def csv(self) -> bytes:
+        if self._csv is None:
+            out, err = self.proc.communicate(timeout=DEADLINE)
+            assert self.proc.returncode == 0, out[-3000:] + err[-3000:]
+            assert grader_cli(self.grading, self.klass["source"], "export").returncode == 0
+            self._csv = (self.grading / "grades.csv").read_bytes()
+        return self._csv
+
+
 @pytest.fixture(scope="module")
 def local_run(klass):
-    """The class graded on this machine, as reference."""
-    grading = _collected(klass, "local")
-    proc = grader_cli(grading, klass["source"], "autograde", "--workers=1", *_sandbox_args(), timeout=DEADLINE)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert grader_cli(grading, klass["source"], "export").returncode == 0
-    return {"grading": grading, "csv": (grading / "grades.csv").read_bytes(),
-            "seed": (grading / "judge-seed.txt").read_text()}
+    run = LocalRun(klass)
+    yield run
+    if run.proc.poll() is None:   # a test failed before it waited
+        run.proc.kill()
+        run.proc.communicate()
 
 
 @pytest.mark.slow
 def test_slurm_array_then_afterany_merge_gives_the_local_csv(klass, local_run):
     _slurm_or_skip()
-    grading = _collected(klass, "slurm", local_run["seed"])
+    grading = _collected(klass, "slurm", local_run.seed)
     logs = klass["tmp"] / "slurm-logs"
     logs.mkdir()
     env = _job_env(klass, grading, klass["tmp"] / "slurm-tmp")
@@ -276,7 +300,7 @@ def test_slurm_array_then_afterany_merge_gives_the_local_csv(klass, local_run):
     names = sorted(p.name for p in logs.iterdir())
     assert f"las-autograde-{job}_0.log" in names and f"las-autograde-{job}_1.log" in names, names
     merged = (logs / f"las-merge-{merge}.log").read_text()
-    assert (grading / "grades.csv").read_bytes() == local_run["csv"], merged[-3000:]
+    assert (grading / "grades.csv").read_bytes() == local_run.csv(), merged[-3000:]
     for index in (0, 1):
         log = (logs / f"las-autograde-{job}_{index}.log").read_text()
         assert f"shard {index} done" in log, log[-3000:]
@@ -289,7 +313,7 @@ def test_a_cancelled_task_is_named_by_the_merge_and_its_resubmission_gives_the_s
     from grader.batch import shard_of
 
     _slurm_or_skip()
-    grading = _collected(klass, "cancelled", local_run["seed"])
+    grading = _collected(klass, "cancelled", local_run.seed)
     logs = klass["tmp"] / "cancel-logs"
     logs.mkdir()
     tmpdir = klass["tmp"] / "cancel-tmp"
@@ -329,4 +353,4 @@ def test_a_cancelled_task_is_named_by_the_merge_and_its_resubmission_gives_the_s
     for verb in ("merge-shards", "export"):
         proc = grader_cli(grading, klass["source"], verb)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert (grading / "grades.csv").read_bytes() == local_run["csv"]
+    assert (grading / "grades.csv").read_bytes() == local_run.csv()
