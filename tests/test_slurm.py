@@ -349,7 +349,7 @@ def test_a_cancelled_task_is_named_by_the_merge_and_its_resubmission_gives_the_s
     again = _sbatch("--array=1", *_resources(logs), "--export=ALL,LAS_SHARD_COUNT=2", "--wait", str(LAUNCHER),
                     *_sandbox_args(), env=env, logs=logs)
     assert (logs / f"las-autograde-{job}_1.log").read_text() == log1, "the resubmitted task overwrote the dead one's log"
-    assert f"shard 1 done" in (logs / f"las-autograde-{again}_1.log").read_text()
+    assert "shard 1 done" in (logs / f"las-autograde-{again}_1.log").read_text()
     for verb in ("merge-shards", "export"):
         proc = grader_cli(grading, klass["source"], verb)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
