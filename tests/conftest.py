@@ -7,11 +7,12 @@ import json
 import os
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from fixtures import at_once
 from roundtrip import REPO, collect, copy_prepared_course, prepare_course, start_autograde
 
 pytest_plugins = ["conftest_lm"]  # the session-scoped `micro_suite` fixture
@@ -135,6 +136,4 @@ def roundtrips(tmp_path_factory):
     # the same source gives the same release and gradebook: generated once, copied before any student is added
     copy_prepared_course(courses["solution"], courses["release"])
     runs = {name: (course, start_autograde(course, name, name)) for name, course in courses.items()}
-    with ThreadPoolExecutor(2) as pool:
-        futures = {name: pool.submit(collect, course, name, proc) for name, (course, proc) in runs.items()}
-        return {name: f.result() for name, f in futures.items()}
+    return at_once({name: partial(collect, course, name, proc) for name, (course, proc) in runs.items()})

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import pytest
 
@@ -85,7 +85,7 @@ def _submission(course, *, demo_output: str = "", extra_cell: str = "", answer_p
 
 @pytest.fixture(scope="module")
 def light_and_full(course, tmp_path_factory):
-    from fixtures import scratch_course
+    from fixtures import at_once, scratch_course
     from grader.mutants import student_copy
 
     _, release, solution = course
@@ -100,9 +100,7 @@ def light_and_full(course, tmp_path_factory):
     # the two modes at once, each in a course of its own: one grades with one worker, so a core would idle
     full_course = scratch_course(tmp_path_factory.mktemp("session-full"), SOLUTIONS / f"{STEM}.ipynb")
     courses = {"light": course, "full": full_course}
-    with ThreadPoolExecutor(2) as pool:
-        futures = {mode: pool.submit(_grade, courses[mode], copy.deepcopy(subs), full_run=mode) for mode in courses}
-        return {mode: future.result() for mode, future in futures.items()}
+    return at_once({mode: partial(_grade, courses[mode], copy.deepcopy(subs), full_run=mode) for mode in courses})
 
 
 def test_light_and_full_give_the_same_points(light_and_full):

@@ -7,11 +7,12 @@ import copy
 import json
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from fixtures import at_once
 from fixtures.hostile import build, grader_cli, write_inbox
 from grader import GRADER_DIR, ROOT
 from grader.course import nbgrader_env
@@ -97,9 +98,7 @@ def test_plain_nbgrader_autograde_gives_the_judges_points(tmp_path):
         return _scores(grading, sorted(subs))
 
     # both ways at once, each in its own grading folder: plain nbgrader grades one student at a time
-    with ThreadPoolExecutor(2) as pool:
-        futures = {way: pool.submit(grade, way) for way in ("nbgrader", "pack")}
-        results = {way: future.result() for way, future in futures.items()}
+    results = at_once({way: partial(grade, way) for way in ("nbgrader", "pack")})
     assert results["nbgrader"] == pytest.approx(results["pack"]), results
     assert results["nbgrader"]["displayhook_stub"] == 0.0
     assert results["nbgrader"]["everyday_modules"] == pytest.approx(11.0)

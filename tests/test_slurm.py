@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -28,7 +27,7 @@ import pytest
 
 from conftest import SOLUTIONS
 from fixtures import honest
-from fixtures.hostile import grader_cli
+from fixtures.hostile import grader_cli, grader_command
 from grader import ROOT
 
 LAUNCHER = ROOT / "grader" / "cluster" / "slurm_array.sh"
@@ -186,8 +185,7 @@ def test_sigterm_stops_a_local_batch_and_removes_its_scratch_folder(klass, tmp_p
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = nbgrader_env() | {"TMPDIR": str(scratch)}
-    cmd = [sys.executable, "-m", "grader", f"--grading-dir={grading}", f"--source={klass['source']}",
-           "autograde", "--workers=1", "--sandbox", "auto"]
+    cmd = grader_command(grading, klass["source"], "autograde", "--workers=1", "--sandbox", "auto")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while not list(scratch.glob("las-autograde-*")):
@@ -258,11 +256,11 @@ class LocalRun:
 
     def __init__(self, klass: dict):
         from grader.course import nbgrader_env
+        from grader.judge import judge_seed
 
-        self.seed = f"{secrets.randbelow(2 ** 62)}\n"   # as grader/judge.py judge_seed draws it
-        self.klass, self.grading = klass, _collected(klass, "local", self.seed)
-        cmd = [sys.executable, "-m", "grader", f"--grading-dir={self.grading}", f"--source={klass['source']}",
-               "autograde", "--workers=1", *_sandbox_args()]
+        self.klass, self.grading = klass, _collected(klass, "local")
+        self.seed = str(judge_seed(self.grading))   # drawn and kept in the folder now, as autograde would
+        cmd = grader_command(self.grading, klass["source"], "autograde", "--workers=1", *_sandbox_args())
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=nbgrader_env(), stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
         self._csv: bytes | None = None

@@ -159,7 +159,8 @@ def _fork_run(names: dict, variant: dict, test_source: str, test_id: str) -> dic
     try:
         return json.loads(b"".join(chunks))
     except ValueError:
-        return {"passed": False, "died": True, "error": f"the process died (wait status {status})", "seconds": 0.0}
+        return {"passed": False, "died": True, "error": f"the process died (wait status {status})", "seconds": 0.0,
+                "cpu_seconds": 0.0}
 
 
 def worker(stem: str) -> dict:
@@ -342,7 +343,7 @@ def test_visible_tests_pass_on_the_solution_and_honest_answers_and_fail_on_visib
     report = worker_results[stem]
     rows = report["results"]
     print(f"{stem}: loaded in {report['load_seconds']} s, {len(rows)} test-cell runs in {report['seconds']} s")
-    slow = sorted((r.get("cpu_seconds", 0.0), r["seconds"], r["test"]) for r in rows if r["kind"] == "solution")[-3:]
+    slow = sorted((r["cpu_seconds"], r["seconds"], r["test"]) for r in rows if r["kind"] == "solution")[-3:]
     print(f"  slowest test cells on the solution (CPU s, wall s): {slow}")
     problems = []
     for r in rows:
@@ -351,7 +352,7 @@ def test_visible_tests_pass_on_the_solution_and_honest_answers_and_fail_on_visib
             problems.append(f"{where} fails: {r['error']}" + (f" (not run: {r['not_run']})" if r.get("not_run") else ""))
         if r["kind"] == "mutant" and (r["passed"] or r.get("died")):
             problems.append(f"{where} ({r['case']}) passes the visible test" if r["passed"] else f"{where}: {r['error']}")
-        if r["kind"] == "solution" and r.get("cpu_seconds", 0.0) > 2.0:
+        if r["kind"] == "solution" and r["cpu_seconds"] > 2.0:
             problems.append(f"{r['test']} takes {r['cpu_seconds']} CPU-s on the solution (keep it under 2 s)")
     from grader.mutants import load
 
