@@ -393,24 +393,31 @@ def test_batch_progress_says_each_notebook_student_and_time_left():
     assert (minutes(45), minutes(750), minutes(3.5 * 3600 + 1)) == ("45 s", "12.5 min", "3.5 h")
 
 
-def test_a_session_imports_the_language_model_libraries_only_for_notebooks_that_use_them():
-    """transformers costs about 3 s of every session's start: a session imports it only when one of
-    its notebooks uses a language model (its code imports transformers or utils.lm), and then before
-    any notebook, once."""
-    from grader.session import LANGUAGE_MODELS, session_imports
+def test_a_session_imports_optional_libraries_only_for_notebooks_that_use_them():
+    """transformers costs about 3 s of every session's start and pandas about 0.45 s: a session imports
+    each only when one of its notebooks uses it (its code imports the library, or utils.lm), and then
+    before any notebook, once. A Task-1 class imports neither."""
+    from grader.session import OPTIONAL_IMPORTS, session_imports
     from utils.notebook_cells import cell_source
 
-    uses = {}
+    code = {}
     for path in sorted(SOLUTIONS.glob("*.ipynb")):
-        code = "\n".join(cell_source(c) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
-        uses[path.stem] = bool(re.search(r"^\s*(from|import)\s+(transformers|utils\.lm)\b", code, re.M))
-    assert sum(uses.values()) >= 2 and not all(uses.values()), uses
-    for stem, needs in uses.items():
-        imported = session_imports([stem])
-        assert needs == (set(LANGUAGE_MODELS) <= set(imported)), f"{stem}: uses a language model {needs}, imports {imported}"
-        assert imported[:len(imported) - len(LANGUAGE_MODELS) * needs] == session_imports([])
-    everything = session_imports(sorted(uses))
-    assert len(everything) == len(set(everything)) and set(LANGUAGE_MODELS) <= set(everything)
+        code[path.stem] = "\n".join(cell_source(c) for c in json.loads(path.read_text())["cells"]
+                                    if c["cell_type"] == "code")
+    assert session_imports([]) == session_imports(["task1_infonce"])
+    for modules, users in OPTIONAL_IMPORTS:
+        tops = sorted({m if m.startswith("utils.") else m.split(".")[0] for m in modules})
+        pattern = re.compile(r"^\s*(from|import)\s+(" + "|".join(map(re.escape, tops)) + r")\b", re.M)
+        uses = {stem: bool(pattern.search(source)) for stem, source in code.items()}
+        assert sum(uses.values()) >= 1 and not all(uses.values()), (tops, uses)
+        assert {stem for stem, used in uses.items() if used} == set(users), f"{tops}: used by {uses}, listed {users}"
+        for stem in code:
+            imported = session_imports([stem])
+            assert (stem in users) == (set(modules) <= set(imported)), f"{stem}: imports {imported}"
+            assert imported[:len(session_imports([]))] == session_imports([]), "the common imports come first"
+    everything = session_imports(sorted(code))
+    assert len(everything) == len(set(everything))
+    assert all(set(modules) <= set(everything) for modules, _ in OPTIONAL_IMPORTS)
 
 
 def test_grader_processes_import_jsonschema_without_its_iri_parsers():
