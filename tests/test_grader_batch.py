@@ -16,7 +16,6 @@ import resource
 import signal
 import stat
 import subprocess
-import sys
 import time
 import warnings
 import zipfile
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SOLUTIONS
+from fixtures.hostile import grader_command
 from grader import ROOT
 
 STEM = "task1_infonce"
@@ -64,7 +64,7 @@ def _limit_memory():  # a regression that reads /dev/zero dies of MemoryError in
 def _cli(grading: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     from grader.course import nbgrader_env
 
-    cmd = [sys.executable, "-m", "grader", f"--grading-dir={grading}", f"--source={SOLUTIONS}", *args]
+    cmd = grader_command(grading, SOLUTIONS, *args)
     try:
         return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=nbgrader_env(),
                               preexec_fn=_limit_memory)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SOLUTIONS
-from fixtures.hostile import WRONG, grader_cli
+from fixtures.hostile import WRONG, grader_cli, grader_command
 from grader import ROOT
 
 STEM = "task1_infonce"
@@ -109,8 +109,7 @@ def sharded(klass, reference):
     """The class as two shards (``--shard auto`` under a Slurm array's variables, two processes at
     once), then merged and exported. ``unmerged``: a copy of the grading folder before the merge."""
     grading = _collected(klass, "sharded", reference["seed"])
-    cmd = [sys.executable, "-m", "grader", f"--grading-dir={grading}", f"--source={klass['source']}",
-           "autograde", "--shard", "auto", "--workers=1"]
+    cmd = grader_command(grading, klass["source"], "autograde", "--shard", "auto", "--workers=1")
     procs = [subprocess.Popen(cmd, cwd=ROOT, env=_shard_env(i, 2), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for i in range(2)]
     logs = []
@@ -173,8 +172,7 @@ def _finished(grading: Path) -> dict[str, tuple[int, str]]:
 
 def test_a_killed_batch_resumes_without_regrading_and_gives_the_same_csv(klass, reference):
     grading = _collected(klass, "killed", reference["seed"])
-    cmd = [sys.executable, "-m", "grader", f"--grading-dir={grading}", f"--source={klass['source']}",
-           "autograde", "--workers=1"]
+    cmd = grader_command(grading, klass["source"], "autograde", "--workers=1")
     from grader.course import nbgrader_env
 
     with open(klass["tmp"] / "killed.log", "w") as log:
