@@ -352,7 +352,7 @@ def test_reference_score_is_correct(sol):
 
 @pytest.mark.parametrize("name", sorted(WRONG_OBJECTIVES))
 def test_wrong_objectives_miss_by_a_wide_margin(sol, name):
-    """Each mistake lands at least 10 SE from log p(x) on a problem like the judge's, so the 3-SE test
+    """Each mistake lands at least 10 SE from log p(x) on a problem like the judge's, so the judge's 4-SE test
     separates it from Monte-Carlo noise with room to spare; and the judge's cases reject it."""
     W, mu, sigma2 = bonus_refs.random_ppca(6, 2, 0.1, seed=51)
     x = bonus_refs.ppca_samples(W, mu, sigma2, 1, seed=61)[0]
@@ -360,6 +360,28 @@ def test_wrong_objectives_miss_by_a_wide_margin(sol, name):
                                                            seed=71)
     assert z > 10, f"{name}: only {z:.1f} SE from log p(x)"
     assert failed_cases(sol, "masked_pretraining_objective", masked_pretraining_objective=WRONG_OBJECTIVES[name])
+
+
+@pytest.mark.parametrize("reported_se", [0.0, 0.01, 1e6])
+def test_the_objective_estimate_is_held_to_four_true_standard_errors(reported_se):
+    """mo_estimate: the sum lands within 4 standard errors of log p(x), measured with the TRUE standard error
+    (every mask enumerated), whatever number the student reports: 3.9 of them passes, 4.1 fails, so does a NaN
+    estimate; a zero, small or huge reported standard error changes nothing (mo_standard_error checks it)."""
+    W, mu, sigma2 = bonus_refs.random_ppca(5, 2, 0.3, seed=5)
+    x = bonus_refs.ppca_samples(W, mu, sigma2, 2, seed=6)
+    record = {"x": x, "W": W, "mu": mu, "sigma2": float(sigma2), "n_masks": [100]}
+    exact = float(np.mean(ref.ref_log_marginal(x, W, mu, sigma2)))
+    true_se = ref.exact_objective_se(x, W, mu, sigma2, 100)
+
+    def graded(value: float) -> None:
+        call = (torch.tensor(value, dtype=DTYPE), torch.tensor(reported_se, dtype=DTYPE))
+        ref.check_objective_estimate([{**record, "calls": [call]}], [{**record, "calls": [None]}])
+
+    graded(exact + 3.9 * true_se)
+    graded(exact - 3.9 * true_se)
+    for wrong in (exact + 4.1 * true_se, exact - 4.1 * true_se, float("nan")):
+        with pytest.raises(AssertionError, match="standard errors from the exact log p|not finite"):
+            graded(wrong)
 
 
 # ------------------------------------------------------------------------------------------------
