@@ -203,7 +203,7 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
     sigterm = _sigterm_as_interrupt()   # scancel, kill, preemption: clean up as after Ctrl-C
     report = BatchProgress(progress, len(todo), bar=bar, workers=settings.workers)
     try:
-        references = reference_values(course, notebooks if todo else [], settings, workroot, report.say)
+        references = reference_values(course, course.handed_in(todo, notebooks), settings, workroot, report.say)
         ran: list[NotebookResult] = []
         with ThreadPoolExecutor(max(1, settings.workers)) as pool, _cancel_pending_on_error(pool):
             futures = {pool.submit(grade_student, course, s, notebooks, settings, workroot, references): s
@@ -261,7 +261,9 @@ def _graded_before(course: Course, students: list[str], fingerprints: dict, regr
 
 def reference_values(course: Course, notebooks: list[str], settings: Settings, workroot: Path, say) -> dict:
     """notebook -> the judge's reference records: the solution's values for this batch's seed, computed
-    outside the sandbox (or read from grading/cache/), ``settings.workers`` notebooks at a time."""
+    outside the sandbox (or read from grading/cache/), ``settings.workers`` notebooks at a time. Only for the
+    notebooks the batch's students handed in (Course.handed_in): a notebook nobody submitted is graded 0
+    without the judge."""
     def one(nb: str) -> dict:
         say(f"judge: reference values of {nb} (the solution, outside the sandbox)")
         release = json.loads((course.release / f"{nb}.ipynb").read_text(encoding="utf-8"))

@@ -151,6 +151,11 @@ class Course:
         base = self.grading / kind
         return base if student is None else base / student / ASSIGNMENT
 
+    def handed_in(self, students: list[str], notebooks: list[str]) -> list[str]:
+        """Those of ``notebooks`` that at least one of ``students`` submitted (a file in their submitted folder):
+        the only ones a batch of these students needs the solution's reference values for."""
+        return [nb for nb in notebooks if any((self.folder("submitted", s) / f"{nb}.ipynb").exists() for s in students)]
+
     @property
     def release(self) -> Path:
         return self.grading / "release" / ASSIGNMENT

@@ -437,3 +437,36 @@ def test_grader_processes_import_jsonschema_without_its_iri_parsers():
                                     text=True).stdout.strip() for first in ("import grader; ", "")}
     assert loaded == {"import grader; ": "False", "": "True"}, loaded
     assert "import grader" in NBGRADER[-1]
+
+
+def test_a_batch_computes_reference_values_only_for_the_notebooks_its_students_handed_in(tmp_path, monkeypatch):
+    """The solution's reference values cost seconds per notebook: a batch computes them only for the notebooks
+    at least one of its students submitted (a shard of students who skipped the bonus never runs the bonus's);
+    a notebook nobody submitted is graded 0 without the judge."""
+    from grader import autograde, judge
+    from grader.course import Course
+    from grader.results import Settings
+
+    stems = sorted(p.stem for p in SOLUTIONS.glob("*.ipynb"))
+    course = Course(grading=tmp_path / "grading", source=SOLUTIONS)
+    course.release.mkdir(parents=True)
+    for stem in stems:
+        (course.release / f"{stem}.ipynb").write_text((RELEASE / f"{stem}.ipynb").read_text())
+    handed_in = {"alice": ["task1_infonce", "bonus_masked_pretraining_bayes"], "bob": ["task1_infonce"], "carol": []}
+    for student, notebooks in handed_in.items():
+        course.folder("submitted", student).mkdir(parents=True)
+        for stem in notebooks:
+            (course.folder("submitted", student) / f"{stem}.ipynb").write_text("{}")
+    computed = []
+    monkeypatch.setattr(judge, "reference_records", lambda stem, *args, **kwargs: computed.append(stem) or {})
+
+    def references(students):
+        computed.clear()
+        got = autograde.reference_values(course, course.handed_in(students, stems), Settings(workers=1), tmp_path,
+                                         lambda line: None)
+        assert sorted(got) == sorted(computed)
+        return sorted(computed)
+
+    assert references(["alice", "bob", "carol"]) == ["bonus_masked_pretraining_bayes", "task1_infonce"]
+    assert references(["bob", "carol"]) == ["task1_infonce"]
+    assert references(["carol"]) == references([]) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 from functools import partial
@@ -95,6 +96,9 @@ def test_plain_nbgrader_autograde_gives_the_judges_points(tmp_path):
         else:
             proc = grader_cli(grading, ROOT / "solutions" / "ex01", "autograde", "--workers=2")
         assert proc.returncode == 0, f"{way}: {proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+        if way == "pack":   # a course of five notebooks, submissions of Task 1 only: its reference values alone
+            computed = re.findall(r"judge: reference values of (\w+)", proc.stdout)
+            assert computed == [STEM], f"reference values of {computed}"
         return _scores(grading, sorted(subs))
 
     # both ways at once, each in its own grading folder: plain nbgrader grades one student at a time
