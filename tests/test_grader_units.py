@@ -198,6 +198,28 @@ def test_sandbox_binds_only_what_notebooks_need(tmp_path, monkeypatch):
     assert "REACHABLE" in off and "NOT isolated" in off
 
 
+def test_a_sandboxed_process_reads_the_machines_font_list_instead_of_scanning_the_fonts(tmp_path):
+    """Every sandboxed process starts in an empty home: without the font list bound in, each one's first
+    matplotlib import scanned the system's fonts again (about 0.3 CPU-seconds per student)."""
+    import subprocess
+    import sys
+
+    from grader.judge import _harness_env
+    from grader.sandbox import matplotlib_font_list, probe_prefix, protections
+
+    if not protections()["bwrap"]:
+        pytest.skip("needs bubblewrap")
+    fonts = matplotlib_font_list()
+    assert fonts is not None and fonts.name.startswith("fontlist-v") and json.loads(fonts.read_text())["ttflist"]
+    code = ("import logging; logging.basicConfig(level=logging.INFO); import matplotlib.font_manager as fm; "
+            "print(len(fm.fontManager.ttflist))")
+    out = subprocess.run([*probe_prefix("bwrap", tmp_path, _harness_env(1)), sys.executable, "-c", code],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "generated new fontManager" not in out.stderr, "the sandboxed process scanned the fonts again"
+    assert int(out.stdout.split()[-1]) == len(json.loads(fonts.read_text())["ttflist"])
+
+
 # ----------------------------------------------------------------------------- mutants
 @pytest.mark.parametrize("stem", notebooks_with_mutants())
 def test_mutant_file_follows_the_format(stem):
