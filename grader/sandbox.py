@@ -97,7 +97,8 @@ SANDBOX_HOME_ENV = {"HOME": "/tmp/home", "MPLCONFIGDIR": "/tmp/home/.matplotlib"
 def matplotlib_font_list() -> Path | None:
     """This machine's matplotlib font list (``fontlist-v*.json``), built once per matplotlib version under
     build/cache/ in a child process; None where it cannot be built. Every sandboxed process would otherwise
-    scan the system's fonts again in its empty home (about 0.3 CPU-seconds per student, measured)."""
+    scan the system's fonts again in its empty home (0.1 to 0.3 CPU-seconds per session:
+    benchmarks/session_start.py)."""
     from importlib import metadata
 
     try:

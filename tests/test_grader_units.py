@@ -200,7 +200,7 @@ def test_sandbox_binds_only_what_notebooks_need(tmp_path, monkeypatch):
 
 def test_a_sandboxed_process_reads_the_machines_font_list_instead_of_scanning_the_fonts(tmp_path):
     """Every sandboxed process starts in an empty home: without the font list bound in, each one's first
-    matplotlib import scanned the system's fonts again (about 0.3 CPU-seconds per student)."""
+    matplotlib import scanned the system's fonts again (0.1 to 0.3 CPU-seconds per session)."""
     import subprocess
     import sys
 
