@@ -94,16 +94,22 @@ SANDBOX_HOME_ENV = {"HOME": "/tmp/home", "MPLCONFIGDIR": "/tmp/home/.matplotlib"
 
 
 @functools.lru_cache(maxsize=None)
-def matplotlib_font_list() -> Path | None:
-    """This machine's matplotlib font list (``fontlist-v*.json``), built once per matplotlib version under
-    build/cache/ in a child process; None where it cannot be built. Every sandboxed process would otherwise
-    scan the system's fonts again in its empty home (0.1 to 0.3 CPU-seconds per session:
-    benchmarks/session_start.py)."""
+def _font_list_folder() -> Path | None:
     from importlib import metadata
 
     try:
-        folder = ROOT / "build" / "cache" / f"matplotlib-{metadata.version('matplotlib')}"
+        return ROOT / "build" / "cache" / f"matplotlib-{metadata.version('matplotlib')}"
     except metadata.PackageNotFoundError:
+        return None
+
+
+def matplotlib_font_list() -> Path | None:
+    """This machine's matplotlib font list (``fontlist-v*.json``), built once per matplotlib version under
+    build/cache/ in a child process (again if someone deleted it); None where it cannot be built. Every
+    sandboxed process would otherwise scan the system's fonts again in its empty home (0.1 to 0.3 CPU-seconds
+    per session: benchmarks/session_start.py)."""
+    folder = _font_list_folder()
+    if folder is None:
         return None
     found = sorted(folder.glob("fontlist-v*.json"))
     if found:
