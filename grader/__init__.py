@@ -5,7 +5,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GRADER_DIR = Path(__file__).resolve().parent
-ASSIGNMENT = "ex01"
+ASSIGNMENT = "ex01"   # the default assignment; another: --assignment NAME or $LAS_ASSIGNMENT (grader/course.py)
 
 # jsonschema (imported by nbformat and nbgrader, so by every verb) builds three Earley parsers at import
 # when the optional rfc3987_syntax is installed (jupyter-events asks for it): about 1.4 s of every grader

@@ -17,11 +17,13 @@ Verbs:
                        (refuses shards of other seeds or assignments; names the students missing)
   export               grading/grades.csv: one row per student with status and reason, submission
                        time, minutes late and late penalty; --lms canvas|moodle --roster R --to FILE
-                       also writes the LMS's grade import CSV (grader/lms.py)
+                       also writes the LMS's grade import CSV (grader/lms/), refusing provisional grades
   similarity           pairwise similarity of the students' answer cells (code and written answers;
                        the release's given code and the solution do not count): HTML report + CSV under
                        grading/similarity/; reports only, never changes points
-  feedback             grading/feedback/<student>/ex01/*.html, hidden tests removed
+  feedback             grading/feedback/<student>/ex01/*.html, hidden tests removed; --zip canvas|moodle
+                       also packs them for the LMS's bulk feedback upload
+  backup / restore F   copy nbgrader's gradebook to grading/backups/ / put a copy back
   mutants              judge the plausible wrong answers in grader/mutants/ over 20 seeds
                        and report the kill rate per notebook
   tiers [FOLDER]       the core proxy (solution lines and written answers, core and extensions) and the
@@ -52,6 +54,8 @@ def _course(args):
         kwargs["grading"] = Path(args.grading_dir)
     if args.source:
         kwargs["source"] = Path(args.source)
+    if args.assignment:
+        kwargs["assignment"] = args.assignment
     return Course(**kwargs)
 
 
@@ -90,19 +94,27 @@ def cmd_collect(args) -> int:
     from .collect import collect
 
     course = _course(args)
-    results = collect(course, Path(args.path), times=Path(args.times) if args.times else None,
-                      deadline=args.deadline, late_penalty=args.late_penalty)
-    rows = [[r.student, len(r.notebooks), "UNREADABLE" if r.unreadable else "ok", "; ".join(r.problems) or "-"]
-            for r in results]
-    print(table(rows, ["student", "notebooks", "state", "problems"]))
-    print(f"collected {sum(not r.unreadable for r in results)} of {len(results)} submissions into "
-          f"{course.grading / 'submitted'}")
-    timed = [r for r in results if r.submitted_at]
-    if results:
+    results = collect(course, Path(args.path), times=[Path(t) for t in args.times or []],
+                      deadline=args.deadline, late_penalty=args.late_penalty, grace=args.grace,
+                      extensions=Path(args.extensions) if args.extensions else None)
+    rows = [[r.student, r.lms.get("name", "") if r.lms else "", len(r.notebooks),
+             "UNREADABLE" if r.unreadable else "ok", "; ".join(r.problems) or "-"] for r in results]
+    print(table(rows, ["student", "name", "notebooks", "state", "problems"]))
+    students, strays = [r for r in results if not r.stray], [r for r in results if r.stray]
+    print(f"collected {sum(not r.unreadable for r in students)} of {len(students)} submissions into "
+          f"{course.grading / 'submitted'}; every file each student handed in is accounted for in "
+          f"{course.grading / 'collect'}/<student>.json ('files')")
+    unreadable = [r.student for r in students if r.unreadable]
+    if unreadable:
+        print(f"UNREADABLE ({len(unreadable)}), fix by hand and collect again: {', '.join(unreadable)}")
+    if strays:
+        print(f"belonging to no student ({len(strays)}): " + "; ".join(r.problems[0][len('ignored '):] for r in strays))
+    timed = [r for r in students if r.submitted_at]
+    if students:
         sources = _count(r.time_source.split(" (")[0] for r in timed)
-        print(f"submission times: {len(timed)} of {len(results)}" + (f" ({sources})" if timed else "")
-              + ("; no time for: " + ", ".join(r.student for r in results if not r.submitted_at)
-                 if len(timed) < len(results) else ""))
+        print(f"submission times: {len(timed)} of {len(students)}" + (f" ({sources})" if timed else "")
+              + ("; no time for: " + ", ".join(r.student for r in students if not r.submitted_at)
+                 if len(timed) < len(students) else ""))
     return 0
 
 
@@ -166,41 +178,59 @@ def cmd_merge_shards(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .feedback import export
+    from .export import export
 
     course = _course(args)
     if args.lms and not (args.roster and args.to):
         print("--lms needs --roster (the LMS's own roster export) and --to (the LMS import file to write)", file=sys.stderr)
         return 1
+    if args.grace is not None or args.extensions:
+        from .deadlines import save_settings
+
+        save_settings(course, None, None, args.grace, Path(args.extensions) if args.extensions else None)
     out, rows = export(course, Path(args.to) if args.to and not args.lms else None,
                        deadline=args.deadline, late_penalty=args.late_penalty)
 
     def part(r, tier):   # e.g. "31/61" (autograded and manual points of the tier so far)
         return f"{r[tier + '_score']:g}/{r[tier + '_max']:g}" if r[tier + "_max"] != "" else "-"
 
-    print(table([[r["student_id"], r["status"], f"{r['autograded_score']:g}/{r['autograded_max']}",
+    print(table([[r["student_id"], r["name"], r["status"], f"{r['autograded_score']:g}/{r['autograded_max']}",
                   "pending" if r["needs_manual_grade"] else f"{r['manual_score']:g}", part(r, "core"),
                   part(r, "extension"), r["reason"] or "-"] for r in rows],
-                ["student", "status", "autograded", "manual", "core", "extensions", "reason"]))
+                ["student", "name", "status", "autograded", "manual", "core", "extensions", "reason"]))
     print(f"wrote {len(rows)} rows to {out}: {_count(r['status'] for r in rows)}")
     late = [r for r in rows if r.get("minutes_late") not in ("", 0, "unknown")]
     unknown = [r["student_id"] for r in rows if r.get("minutes_late") == "unknown"]
     if late or unknown:
         print(f"late: {len(late)} (" + ", ".join(f"{r['student_id']} {r['minutes_late']} min, -{r['late_penalty']:g}"
                                                   for r in late) + ")"
-              + (f"; NO SUBMISSION TIME (not counted on time, check by hand): {', '.join(unknown)}" if unknown else ""))
+              + (f"; NO SUBMISSION TIME (no penalty charged, check by hand or collect with --times): "
+                 f"{', '.join(unknown)}" if unknown else ""))
+    pending = [r["student_id"] for r in rows if r["needs_manual_grade"]]
+    if pending:
+        print(f"PROVISIONAL: {len(pending)} student(s) have written answers not graded yet (formgrader, Manual "
+              f"Grading): {', '.join(pending)}")
     if args.lms:
-        from .lms import export_lms
+        from .lms import ExportOptions, ExportRefused, export_lms
 
-        done = export_lms(course, rows, args.lms, Path(args.roster), Path(args.to), assignment=args.assignment,
-                          moodle_key=args.moodle_key)
-        print(f"{args.lms}: wrote {done.rows} rows to {done.path} (column '{done.column}')")
+        options = ExportOptions(column=args.lms_column or course.assignment, key=args.moodle_key, score=args.score,
+                                scale_to=args.scale_to, provisional=args.provisional)
+        try:
+            done = export_lms(course, rows, args.lms, Path(args.roster), Path(args.to), options)
+        except ExportRefused as exc:
+            print(f"{args.lms}: NOT WRITTEN: {exc}", file=sys.stderr)
+            return 1
+        scale = f", scaled to {done.points_possible:g} points" if args.scale_to is not None else ""
+        print(f"{args.lms}: wrote {done.rows} students to {done.path} (column '{done.column}', {args.score} "
+              f"score{scale})")
         for note in done.notes:
             print(f"{args.lms}: {note}")
+        if done.left_out:
+            print(f"{args.lms}: LEFT OUT (not in the file, the LMS keeps what it has): {'; '.join(done.left_out)}")
         if done.not_in_roster:
-            print(f"{args.lms}: NOT IN THE ROSTER (no grade written): {', '.join(done.not_in_roster)}")
+            print(f"{args.lms}: NOT IN THE ROSTER (no grade written): {'; '.join(done.not_in_roster)}")
         if done.no_submission:
-            print(f"{args.lms}: in the roster without a submission (left blank): {', '.join(done.no_submission)}")
+            print(f"{args.lms}: in the roster without a submission (not in the file): {', '.join(done.no_submission)}")
     return 0
 
 
@@ -214,6 +244,30 @@ def cmd_feedback(args) -> int:
     print(table(rows, ["student", "feedback pages", "problems"]))
     print(f"feedback for {len(done)} students in {course.grading / 'feedback'} (checked: no hidden test source)"
           + (f"; {len(problems)} with problems (see the table)" if problems else ""))
+    if args.zip:
+        from .lms import feedback_zip
+
+        out = Path(args.zip_to) if args.zip_to else course.grading / f"feedback-{args.zip}.zip"
+        written, left_out = feedback_zip(course, args.zip, out)
+        print(f"{args.zip}: {written} pages in {out}, named for the LMS's bulk feedback upload"
+              + (f"; LEFT OUT: {'; '.join(left_out)}" if left_out else ""))
+    return 0
+
+
+def cmd_backup(args) -> int:
+    from .backup import backup
+
+    course = _course(args)
+    print(f"gradebook backed up to {backup(course, Path(args.to) if args.to else None)}")
+    return 0
+
+
+def cmd_restore(args) -> int:
+    from .backup import restore
+
+    course = _course(args)
+    db, previous = restore(course, Path(args.file))
+    print(f"restored {args.file} into {db}" + (f"; the gradebook it replaced is in {previous}" if previous else ""))
     return 0
 
 
@@ -252,11 +306,23 @@ def cmd_tiers(args) -> int:
     return tiers_main([args.folder] if args.folder else [])
 
 
+def _deadline_extras(p) -> None:
+    p.add_argument("--grace", type=float, metavar="MINUTES",
+                   help="a submission this many minutes after the deadline (plus its extension) is on time; stored")
+    p.add_argument("--extensions", metavar="CSV",
+                   help="per-student extensions: columns student (the pack's or the LMS's id) and hours; stored "
+                        "(nbgrader's gradebook extensions count too)")
+
+
 def main(argv: list[str] | None = None) -> int:
+    from .lms import ADAPTERS
+
     parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--grading-dir", help="grading folder (default grading/ or $LAS_GRADING_DIR)")
     parser.add_argument("--source", help=argparse.SUPPRESS)  # another nbgrader source folder (tests)
+    parser.add_argument("--assignment", help="the assignment to grade (default ex01 or $LAS_ASSIGNMENT): its notebooks "
+                                             "are solutions/NAME, its grading folder grading/NAME/ (ex01: grading/)")
     sub = parser.add_subparsers(dest="verb", required=True)
     sub.add_parser("release", help="regenerate notebooks/ex01 from solutions/ex01")
     p = sub.add_parser("bundle", help="write the student bundle (folder and zip) under build/bundle")
@@ -264,10 +330,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pack-url", help="URL (or local path) of the zip for Colab setup cells (default: grader/bundle.toml)")
     p = sub.add_parser("collect", help="import submissions from a folder")
     p.add_argument("path")
-    p.add_argument("--times", help="CSV of submission times (columns student, submitted_at: ISO 8601 with zone)")
+    p.add_argument("--times", action="append",
+                   help="the LMS's submission times: Canvas's Submissions API list (JSON; repeat for each page), "
+                        "Moodle's grading worksheet, or a CSV of student, submitted_at (ISO 8601 with zone)")
     p.add_argument("--deadline", help="the deadline, ISO 8601 with a time zone (e.g. 2026-11-20T23:59:00+01:00); "
                                       "stored for export")
     p.add_argument("--late-penalty", help="none (default) | zero | per-hour:P, as nbgrader's LateSubmissionPlugin")
+    _deadline_extras(p)
     p = sub.add_parser("autograde", help="grade all (or some) students")
     p.add_argument("--student", action="append", help="grade only this student (repeatable)")
     p.add_argument("--workers", type=int, default=1)
@@ -298,11 +367,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--to", help="CSV path (default grading/grades.csv); with --lms: the LMS import file")
     p.add_argument("--deadline", help="override collect's --deadline (ISO 8601 with a time zone)")
     p.add_argument("--late-penalty", help="override collect's --late-penalty (none | zero | per-hour:P)")
-    p.add_argument("--lms", choices=["canvas", "moodle"], help="also write this LMS's grade import CSV to --to")
-    p.add_argument("--roster", help="the LMS's roster export (Canvas gradebook CSV; Moodle participants CSV)")
-    p.add_argument("--assignment", default="ex01", help="the LMS's assignment column / grade item (default ex01)")
+    _deadline_extras(p)
+    p.add_argument("--lms", choices=sorted(ADAPTERS), help="also write this LMS's grade import CSV to --to")
+    p.add_argument("--roster", help="the LMS's roster export (Canvas gradebook CSV; Moodle grading worksheet or "
+                                    "participants CSV)")
+    p.add_argument("--lms-column", help="the LMS's assignment column / grade item (default: the assignment's name)")
     p.add_argument("--moodle-key", default="email", choices=["email", "idnumber", "username"],
                    help="the Moodle identifier column (default email)")
+    p.add_argument("--score", choices=["total", "core"], default="total",
+                   help="the points sent: total (core + extensions, default) or core alone; late penalty taken off")
+    p.add_argument("--scale-to", type=float, metavar="POINTS",
+                   help="send score / maximum x POINTS (the LMS assignment's points possible)")
+    p.add_argument("--provisional", choices=["refuse", "skip", "include"], default="refuse",
+                   help="students with written answers not graded yet: refuse to write the file (default), skip "
+                        "them (not in the file), or include their grade so far")
     p = sub.add_parser("similarity", help="similarity report of the students' answers (never changes points)")
     p.add_argument("--out", help="report folder (default grading/similarity)")
     p.add_argument("--threshold", type=float, default=0.5, help="flag pairs at or above this similarity (default 0.5)")
@@ -312,15 +390,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--student", action="append")
     p.add_argument("--workers", type=int, default=0,
                    help="nbgrader processes rendering pages at once (default: the cores, at most 4; one per 8 students)")
+    p.add_argument("--zip", choices=sorted(ADAPTERS),
+                   help="also write every page into a zip named for this LMS's bulk feedback upload")
+    p.add_argument("--zip-to", help="the zip's path (default grading/feedback-<lms>.zip)")
+    p = sub.add_parser("backup", help="copy nbgrader's gradebook (manual grades, extensions) to grading/backups/")
+    p.add_argument("--to", help="the copy's path (default grading/backups/gradebook-<UTC time>.db)")
+    p = sub.add_parser("restore", help="put a gradebook backup back (the current one is backed up first)")
+    p.add_argument("file")
     p = sub.add_parser("mutants", help="mutation-test the judge's cases")
     p.add_argument("--notebook", action="append", help="only this notebook stem (repeatable)")
     p.add_argument("--seeds", type=int, default=20, help="input seeds 0..N-1 (every mutant must lose on each)")
     p = sub.add_parser("tiers", help="core and extension lines, written answers and points; rubric problems")
     p.add_argument("folder", nargs="?", help="folder of source notebooks (default solutions/ex01)")
+    for verb in sub.choices.values():   # also after the verb: python -m grader collect --assignment ex02 PATH
+        verb.add_argument("--assignment", default=argparse.SUPPRESS, help="as before the verb")
     args = parser.parse_args(argv)
+    if args.assignment:   # child processes (sandboxed sessions, Slurm tasks, nbgrader) grade the same assignment
+        import os
+
+        os.environ["LAS_ASSIGNMENT"] = args.assignment
     handler = {"release": cmd_release, "bundle": cmd_bundle, "collect": cmd_collect, "autograde": cmd_autograde,
                "merge-shards": cmd_merge_shards, "export": cmd_export, "similarity": cmd_similarity,
-               "feedback": cmd_feedback, "mutants": cmd_mutants, "tiers": cmd_tiers}[args.verb]
+               "feedback": cmd_feedback, "backup": cmd_backup, "restore": cmd_restore, "mutants": cmd_mutants,
+               "tiers": cmd_tiers}[args.verb]
     try:
         return handler(args)
     except KeyboardInterrupt:

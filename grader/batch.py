@@ -252,7 +252,7 @@ def prepare_shard(course: Course, index: int, count: int, root: Path | None = No
         raise FileNotFoundError(f"no submission folder for {', '.join(unknown)} under {course.grading / 'submitted'}")
     seed = ensure_seed(course.grading)
     folder = shard_folder(root or course.grading / "shards", index, count)
-    shard = Course(grading=folder, source=course.source)
+    shard = Course(grading=folder, source=course.source, assignment=course.assignment)
     mine = [s for s in split(everyone, count)[index] if not only or s in only]
     folder.mkdir(parents=True, exist_ok=True)
     seed_file = folder / "judge-seed.txt"

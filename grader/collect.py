@@ -2,25 +2,28 @@
 
 ``PATH`` may hold, in any mix:
 
-* ``<student>.zip`` (LMS download, one archive per student; notebooks anywhere inside),
-* ``<student>/`` folders with the notebooks (at any depth),
-* loose ``<student>__<notebook>.ipynb`` files,
-* an LMS's bulk download, unpacked: Canvas's ``<login>_<userid>_<submissionid>_<file>`` files (``.ipynb``
-  or ``.zip``; late ones carry ``_late_``) and Moodle's ``<Full Name>_<participantid>_assignsubmission_file_/``
-  folders (grader/deadlines.py says which student id each gets).
+* an LMS's bulk download, unpacked: Canvas's ``<name>[_LATE]_<user id>_<attachment id>_<file>`` files and
+  Moodle's ``<Full Name>_<participant id>_assignsubmission_file[_]/`` folders (or flat files); each LMS's
+  naming and the student id it gives are in its adapter, grader/lms/canvas.py and grader/lms/moodle.py;
+* the plain layout: ``<student>.zip`` (notebooks anywhere inside), ``<student>/`` folders (at any depth),
+  loose ``<student>__<notebook>.ipynb`` files.
 
-Each student's submission time (``--times FILE``, else the newest matched file's time) goes into their
-collect report for the deadline (grader/deadlines.py).
+A student's files may be notebooks, zips of notebooks (also inside an LMS folder) and folders of them at
+any depth. A file is matched to an assignment notebook by name (``task1_infonce (1).ipynb`` and
+``task1_infonce-Copy1.ipynb`` count too). When two *different* files stand for one notebook, a plain
+folder's newest file wins (its time is the TA's copy's), but in an LMS download, whose file times say
+nothing, the notebook is not guessed: the student is unreadable with both names, to resolve by hand.
+Every file of the download is accounted for in the student's collect report (``files``: taken,
+superseded by which, or ignored and why); entries that belong to nobody are listed by :func:`collect`.
 
-A file is matched to an assignment notebook by name (``task1_infonce (1).ipynb`` and
-``task1_infonce-Copy1.ipynb`` count too; if several match, the newest wins and the report says
-so). Nothing is extracted to disk except the matched notebooks, each capped in size, so archive
-path tricks and zip bombs go nowhere. Only regular files are read: symbolic links are never
-followed (in folders or archives) and FIFOs or devices are never opened, so a link to /dev/zero, to
-another student's notebook or into solutions/ and a FIFO named like a notebook are skipped.
-Problems are written to ``grading/collect/<student>.json`` and reported; a student whose archive
-cannot be opened, or whose id is unsafe as a folder name, is marked unreadable. One student's
-files never stop the others from being collected.
+Each student's submission time goes into their collect report for the deadline (grader/deadlines.py says
+where it comes from; zip entry dates never count). Nothing is extracted to disk except the matched
+notebooks, each capped in size, so archive path tricks and zip bombs go nowhere. Only regular files with
+a single link are read: symbolic links are never followed (in folders or archives), FIFOs or devices are
+never opened, and a hard link (which may be another student's notebook under a second name, made by
+unpacking a crafted archive) is refused. Problems are written to ``grading/collect/<student>.json`` and
+reported; a student whose archive cannot be opened, or whose id is unsafe as a folder name, is marked
+unreadable. One student's files never stop the others from being collected.
 """
 
 from __future__ import annotations
@@ -30,17 +33,20 @@ import os
 import re
 import shutil
 import stat
-import time
+import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .course import Course, shown, valid_student_id
+from .lms import parse_download_name
 from .submissions import MAX_NOTEBOOK_BYTES
 
 JUNK = {".DS_Store", "__MACOSX", ".ipynb_checkpoints", "Thumbs.db", "desktop.ini"}   # skipped silently
 MAX_ENTRIES = 200_000   # files looked at in one student's folder: a huge tree must not stall the batch
 SHOWN = 5               # skipped items named per problem line
+HARD_LINK = ("a hard link (the same file under another name, maybe another student's notebook: not read; "
+             "copy the file itself in)")
 
 
 @dataclass
@@ -50,9 +56,11 @@ class Collected:
     problems: list[str] = field(default_factory=list)
     unreadable: bool = False
     times: dict[str, float] = field(default_factory=dict)   # notebook stem -> time of the file taken
-    lms: dict = field(default_factory=dict)                 # what an LMS download name said (deadlines.py)
+    lms: dict = field(default_factory=dict)                 # what an LMS download name said (grader/lms/)
     submitted_at: str = ""                                  # ISO 8601, UTC
     time_source: str = ""
+    files: list[str] = field(default_factory=list)          # every file looked at: taken, superseded or ignored
+    stray: bool = False                                     # a download entry that belongs to no student
 
 
 class Skipped(ValueError):
@@ -98,9 +106,12 @@ def _open_regular(path: Path):
         raise
     handle = os.fdopen(fd, "rb")
     try:
-        kind = _kind(os.fstat(handle.fileno()).st_mode)
+        st = os.fstat(handle.fileno())
+        kind = _kind(st.st_mode)
         if kind != "file":
             raise Skipped(kind if kind != "dir" else "a folder")
+        if st.st_nlink > 1:
+            raise Skipped(HARD_LINK)
     except BaseException:
         handle.close()
         raise
@@ -130,51 +141,59 @@ def _summary(why: str, names: list[str]) -> str:
 
 
 # ----------------------------------------------------------------------------- finding submissions
-def _sources(path: Path, lms: dict | None = None) -> tuple[dict[str, list], list[str]]:
-    """(student -> list of (kind, ...) found under PATH, names of entries that fit no pattern).
+def _sources(path: Path, lms: dict | None = None, skip: set = frozenset()) -> tuple[dict[str, list], list[str]]:
+    """(student -> list of (kind, ...) found under PATH, "name: why" of the entries that belong to nobody).
 
-    Looks at each entry with lstat only: a symbolic link or a FIFO is recorded as a "skip" item for
-    the student its name stands for, so the TA sees it in that student's problems. Canvas and Moodle
-    download names are read for the student (``lms``, if given, receives student -> what the name said)."""
-    from .deadlines import parse_lms_name
-
+    Looks at each entry with lstat only: a symbolic link, a FIFO or a hard link is recorded as a "skip"
+    item for the student its name stands for, so the TA sees it in that student's problems. LMS download
+    names are read by the LMS adapters (``lms``, if given, receives student -> what the name said)."""
     found: dict[str, list] = {}
     ignored = []
     with os.scandir(path) as it:
         entries = sorted(it, key=lambda e: e.name)
     for entry in entries:
         name = entry.name
-        if name in JUNK:
+        if name in JUNK or name in skip:
             continue
-        kind = _kind(entry.stat(follow_symlinks=False).st_mode)
+        st = entry.stat(follow_symlinks=False)
+        kind = _kind(st.st_mode)
+        if kind == "file" and st.st_nlink > 1:
+            kind = HARD_LINK
         special = kind not in ("dir", "file")
-        named = parse_lms_name(name) if kind in ("dir", "file") else None
-        if named is not None and (kind == "dir" or named.file.lower().endswith((".zip", ".ipynb"))):
+        named = parse_download_name(name, kind == "dir") if not special else None
+        if named is None and special:
+            named = parse_download_name(name, False) or parse_download_name(name, True)
+        if named is not None:
             student = named.student
             if lms is not None:
-                lms[student] = named.info
-            item = (("dir", Path(entry.path)) if kind == "dir" else ("zip", Path(entry.path))
-                    if named.file.lower().endswith(".zip") else ("file", Path(entry.path), named.file))
+                lms[student] = {**lms.get(student, {}), **named.info}
+            lower = named.file.lower()
+            item = (("skip", name, kind) if special else ("dir", Path(entry.path)) if kind == "dir"
+                    else ("zip", Path(entry.path)) if lower.endswith(".zip")
+                    else ("file", Path(entry.path), named.file) if lower.endswith(".ipynb")
+                    else ("other", shown(name), "not a notebook or a zip"))
         elif kind == "dir":
             student, item = name, ("dir", Path(entry.path))
         elif name.lower().endswith(".zip"):
-            student, item = name[: -len(".zip")], ("zip", Path(entry.path))
+            student, item = name[: -len(".zip")], ("skip", name, kind) if special else ("zip", Path(entry.path))
         elif name.endswith(".ipynb") and "__" in name:
             student, _, rest = name[: -len(".ipynb")].partition("__")
-            item = ("file", Path(entry.path), rest + ".ipynb")
+            item = ("skip", name, kind) if special else ("file", Path(entry.path), rest + ".ipynb")
         elif special:   # e.g. a link standing for a student's folder
-            student, item = name, None
+            student, item = name, ("skip", name, kind)
         else:
-            ignored.append(name)
+            ignored.append(f"{shown(name)}: not an LMS download name, a zip, a folder or <student>__<notebook>.ipynb")
             continue
-        found.setdefault(student, []).append(("skip", name, kind) if special else item)
+        found.setdefault(student, []).append(item)
     return found, ignored
 
 
 def _walk(folder: Path, inbox: Path, res: Collected):
-    """Yield (path, mtime) of the regular ``*.ipynb`` files under ``folder``, never entering a
-    symbolic link; symbolic links and special files met on the way become problems for ``res``."""
+    """Yield (path, mtime) of the regular ``*.ipynb`` and ``*.zip`` files under ``folder``, never entering a
+    symbolic link; links, hard links and special files met on the way become problems for ``res``, other
+    files are listed in ``res.files`` as ignored."""
     skipped: dict[str, list[str]] = {}
+    others: list[str] = []
     stack, seen = [folder], 0
     while stack:
         current = stack.pop()
@@ -195,18 +214,24 @@ def _walk(folder: Path, inbox: Path, res: Collected):
                 continue
             st = entry.stat(follow_symlinks=False)
             kind = _kind(st.st_mode)
+            if kind == "file" and st.st_nlink > 1:
+                kind = HARD_LINK
             if kind == "dir":
                 stack.append(Path(entry.path))
             elif kind == "file":
-                if entry.name.endswith(".ipynb"):
+                if entry.name.endswith(".ipynb") or entry.name.lower().endswith(".zip"):
                     yield Path(entry.path), st.st_mtime
+                else:
+                    others.append(shown(os.path.relpath(entry.path, inbox)))
             else:
                 skipped.setdefault(kind, []).append(shown(os.path.relpath(entry.path, inbox)))
     for why, names in skipped.items():
         res.problems.append(_summary(why, names))
+    if others:
+        res.files.append(_summary("not a notebook or a zip", others).replace("skipped", "ignored", 1))
 
 
-def _zip_entry_problem(info: zipfile.ZipInfo) -> str | None:
+def _zip_entry_problem(info: zipfile.ZipInfo, limit: int = MAX_NOTEBOOK_BYTES) -> str | None:
     """Why an archive entry is not taken: a link or special file, a path that would escape the
     folder if extracted (absolute, ``..``), or a size over the cap (a zip bomb's declared size)."""
     mode = info.external_attr >> 16
@@ -217,28 +242,24 @@ def _zip_entry_problem(info: zipfile.ZipInfo) -> str | None:
         return "an absolute path"
     if ".." in re.split(r"[\\/]", name):
         return "a path with '..'"
-    if info.file_size > MAX_NOTEBOOK_BYTES:
-        return f"too large ({info.file_size / 1024 ** 2:.0f} MB, limit {MAX_NOTEBOOK_BYTES // 1024 ** 2} MB)"
+    if info.file_size > limit:
+        return f"too large ({info.file_size / 1024 ** 2:.0f} MB, limit {limit // 1024 ** 2} MB)"
     return None
-
-
-def _zip_mtime(info: zipfile.ZipInfo) -> float:
-    try:
-        return time.mktime(info.date_time + (0, 0, -1))
-    except (OverflowError, ValueError):
-        return 0.0
 
 
 def _scan_zip(zpath: Path, notebooks: list[str], chosen: dict, res: Collected) -> None:
     """Add the archive's notebooks to ``chosen``; nothing is extracted to disk."""
     skipped: dict[str, list[str]] = {}
+    others: list[str] = []
     try:
         with _open_regular(zpath) as raw, zipfile.ZipFile(raw) as zf:
+            mtime = os.fstat(raw.fileno()).st_mtime   # the zip's own time here: its entries' dates are the student's
             for index, info in enumerate(zf.infolist()):
                 if info.is_dir() or "__MACOSX" in info.filename or ".ipynb_checkpoints" in info.filename:
                     continue
                 nb = _match(info.filename, notebooks)
                 if nb is None:
+                    others.append(f"{shown(zpath.name)}:{shown(info.filename)}")
                     continue
                 label = f"{shown(zpath.name)}:{shown(info.filename)}"
                 problem = _zip_entry_problem(info)
@@ -246,37 +267,131 @@ def _scan_zip(zpath: Path, notebooks: list[str], chosen: dict, res: Collected) -
                     skipped.setdefault(problem, []).append(label)
                     continue
                 chosen.setdefault(nb, []).append(
-                    (_zip_mtime(info), label, lambda zpath=zpath, index=index: _read_zip(zpath, index)))
+                    (mtime, label, lambda zpath=zpath, index=index: _read_zip(zpath, index)))
+    except Skipped as exc:
+        res.problems.append(_summary(str(exc), [shown(zpath.name)]))
     except Exception as exc:  # noqa: BLE001 - BadZipFile, OSError, EOFError, NotImplementedError, ...
         res.problems.append(f"cannot open {shown(zpath.name)}: {exc.__class__.__name__}: {shown(str(exc))}")
         res.unreadable = True
     for why, names in skipped.items():
         res.problems.append(_summary(why, names))
+    if others:
+        res.files.append(_summary("not an assignment notebook (zips inside a zip are not opened)", others)
+                         .replace("skipped", "ignored", 1))
+
+
+# ----------------------------------------------------------------------------- an LMS's whole download, zipped
+MAX_DOWNLOAD_BYTES = 16 * 1024 ** 3   # all of a download's files, unpacked
+MAX_DOWNLOAD_ENTRY = 4 * MAX_NOTEBOOK_BYTES
+
+
+def _is_download_zip(zpath: Path) -> bool:
+    """Whether a zip is an LMS's download of the whole class (most entries' first path part is an LMS download
+    name), not one student's archive."""
+    try:
+        with _open_regular(zpath) as raw, zipfile.ZipFile(raw) as zf:
+            names = [i.filename for i in zf.infolist()][:2000]
+    except Exception:  # noqa: BLE001 - a broken zip is a student's problem, reported where it is read
+        return False
+    tops = {n.replace("\\", "/").split("/")[0]: n.endswith("/") or "/" in n.strip("/") for n in names if n.strip("/")}
+    named = sum(parse_download_name(top, is_dir) is not None for top, is_dir in tops.items())
+    return len(tops) > 0 and named * 2 > len(tops)
+
+
+def _is_download_folder(folder: Path) -> bool:
+    """Whether a folder holds an LMS's download (most of its entries are LMS download names), as an unzip
+    tool makes it ("CS101-Exercise 1-42/"), rather than being one student's folder."""
+    try:
+        with os.scandir(folder) as it:
+            entries = [(e.name, e.is_dir(follow_symlinks=False)) for _, e in zip(range(2000), it)
+                       if e.name not in JUNK]
+    except OSError:
+        return False
+    named = sum(parse_download_name(name, is_dir) is not None for name, is_dir in entries)
+    return len(entries) > 0 and named * 2 > len(entries)
+
+
+def _unpack_download(zpath: Path, dest: Path, notes: list[str]) -> Path:
+    """Unpack an LMS's download zip into ``dest``, as safely as a student's zip is read: regular files only, no
+    absolute paths or '..', no entry over MAX_DOWNLOAD_ENTRY, at most MAX_DOWNLOAD_BYTES in all. What is
+    skipped is added to ``notes`` ("name: why"). Returns ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    total = 0
+    with _open_regular(zpath) as raw, zipfile.ZipFile(raw) as zf:
+        for info in zf.infolist():
+            if info.is_dir():
+                continue
+            problem = _zip_entry_problem(info, MAX_DOWNLOAD_ENTRY)
+            if problem is None and total + info.file_size > MAX_DOWNLOAD_BYTES:
+                problem = "past the download's size limit"
+            if problem:
+                notes.append(f"{shown(zpath.name)}:{shown(info.filename)}: {problem}")
+                continue
+            target = dest / info.filename.replace("\\", "/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(target, "wb") as out:
+                written = 0
+                while chunk := src.read(1 << 20):
+                    written += len(chunk)
+                    if written > MAX_DOWNLOAD_ENTRY:
+                        break
+                    out.write(chunk)
+            total += info.file_size
+    return dest
 
 
 # ----------------------------------------------------------------------------- collect
-def collect(course: Course, path: Path, times: Path | None = None, deadline: str | None = None,
-            late_penalty: str | None = None) -> list[Collected]:
+def collect(course: Course, path: Path, times: Path | list[Path] | None = None, deadline: str | None = None,
+            late_penalty: str | None = None, grace: float | None = None,
+            extensions: Path | None = None) -> list[Collected]:
     """Import every student's notebooks; one student's files never stop the others.
 
     Student ids that would be unsafe as folder names, links, FIFOs, devices, archive entries with
-    path tricks and oversized files are skipped and reported in that student's problems.
-    ``times``: a CSV of submission times (grader/deadlines.py); ``deadline`` / ``late_penalty`` are
-    checked and stored for ``export``."""
+    path tricks and oversized files are skipped and reported in that student's problems; entries that
+    belong to no student are returned as unreadable rows named after the entry (no report is written for
+    them). ``times``: the LMS's submission times (grader/deadlines.py); ``deadline``, ``late_penalty``,
+    ``grace`` (minutes) and ``extensions`` (a CSV) are checked and stored for ``export``."""
     from . import deadlines
 
     path = Path(path)
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path} is not a folder of submissions")
-    deadlines.save_settings(course, deadline, late_penalty)
+    if not (path.is_dir() or (path.is_file() and path.suffix.lower() == ".zip")):
+        raise FileNotFoundError(f"{path} is neither a folder of submissions nor an LMS's download zip")
+    deadlines.save_settings(course, deadline, late_penalty, grace, extensions)
+    deadline = deadlines.effective_settings(course)[0]
     zone = deadlines.parse_deadline(deadline).tzinfo if deadline else None
-    listed = deadlines.read_times(Path(times), zone) if times else None
+    files = [Path(t) for t in ([times] if isinstance(times, (str, Path)) else times or [])]
+    listed = {} if files else None
+    for file in files:   # several: e.g. the pages of Canvas's Submissions API, one file each
+        listed.update(deadlines.read_times(file, zone))
+    times = ", ".join(f.name for f in files)
     notebooks = course.notebook_names()
+    with tempfile.TemporaryDirectory(prefix="las-collect-") as unpacked:
+        return _collect_all(course, path, Path(unpacked), notebooks, listed, times)
+
+
+def _collect_all(course: Course, path: Path, unpacked: Path, notebooks: list[str], listed, times) -> list[Collected]:
     lms: dict[str, dict] = {}
-    found, ignored = _sources(path, lms)
-    results = [Collected(shown(name), problems=[f"ignored {shown(name)}: not a zip, folder or "
-                                                "<student>__<notebook>.ipynb"], unreadable=True)
-               for name in ignored]
+    notes: list[str] = []
+    roots = [path]
+    if path.is_file():   # the LMS's download zip itself
+        roots = [_unpack_download(path, unpacked / "download", notes)]
+    else:
+        for entry in sorted(path.iterdir()):
+            if entry.is_symlink() or parse_download_name(entry.name, entry.is_dir()) is not None:
+                continue
+            if entry.suffix.lower() == ".zip" and entry.is_file() and _is_download_zip(entry):
+                roots.append(_unpack_download(entry, unpacked / entry.name, notes))   # left packed
+            elif entry.is_dir() and _is_download_folder(entry):   # unpacked into a folder of the zip's name
+                roots.append(entry)
+    found, ignored = {}, []
+    for root in roots:
+        here, strays = _sources(root, lms, skip=set() if root is not path else
+                                {Path(r).name for r in roots[1:]})
+        for student, items in here.items():
+            found.setdefault(student, []).extend(items)
+        ignored += strays
+    results = [Collected(shown(entry.split(": ")[0]), problems=[f"ignored {entry}"], unreadable=True, stray=True)
+               for entry in ignored + notes]
     for student, items in found.items():
         res = Collected(shown(student), lms=lms.get(student, {}))
         results.append(res)
@@ -293,22 +408,37 @@ def collect(course: Course, path: Path, times: Path | None = None, deadline: str
         _submission_time(res, listed, times)
         course.write_json("collect", student, {"notebooks": res.notebooks, "problems": res.problems,
                                                "unreadable": res.unreadable, "submitted_at": res.submitted_at,
-                                               "time_source": res.time_source, "lms": res.lms})
+                                               "time_source": res.time_source, "lms": res.lms, "files": res.files})
     return sorted(results, key=lambda r: r.student)
 
 
 def _submission_time(res: Collected, listed: dict | None, times_file) -> None:
-    """``res.submitted_at``: the ``--times`` entry, else the newest time of the notebooks taken."""
+    """``res.submitted_at``: the ``--times`` entry; else, in the plain layout, the newest time of the files
+    taken; an LMS download's file times are never used (grader/deadlines.py)."""
     from .deadlines import iso_utc, time_for
+    from .lms import adapter_of
 
     entry = time_for(res.student, res.lms, listed) if listed is not None else None
+    adapter = adapter_of(res.lms)
     if entry:
-        res.submitted_at, res.time_source = entry, f"--times {Path(times_file).name}"
+        res.submitted_at, res.time_source = entry["submitted_at"], f"--times {times_file}"
+        if entry.get("late") is not None:
+            if res.lms.get("late") is not None and bool(res.lms["late"]) != bool(entry["late"]):
+                res.problems.append(f"the download's late flag ({res.lms['late']}) and {times_file}'s "
+                                    f"({entry['late']}) disagree: the times file's is kept")
+            res.lms["late"] = bool(entry["late"])
+    elif adapter is not None:
+        res.submitted_at = ""
+        res.time_source = (f"none ({adapter.NAME} download" + (f", not in {times_file}" if listed is not None
+                                                               else "") + ")")
+        if res.notebooks:
+            res.problems.append(f"not in {times_file}: no submission time, no late penalty (check it by hand)"
+                                if listed is not None else f"no submission time: {adapter.TIMES_HELP}")
     elif res.times and max(res.times.values()) > 0:
         res.submitted_at, res.time_source = iso_utc(max(res.times.values())), "file time"
         if listed is not None:
-            res.time_source = f"file time (not in {Path(times_file).name})"
-            res.problems.append(f"not in {Path(times_file).name}: the submission time is the file's")
+            res.time_source = f"file time (not in {times_file})"
+            res.problems.append(f"not in {times_file}: the submission time is the file's")
 
 
 def _candidates(inbox: Path, items: list, notebooks: list[str], res: Collected) -> dict[str, list]:
@@ -318,6 +448,8 @@ def _candidates(inbox: Path, items: list, notebooks: list[str], res: Collected) 
         kind, entry = item[0], item[1]
         if kind == "skip":
             res.problems.append(_summary(item[2], [shown(entry)]))
+        elif kind == "other":
+            res.files.append(f"ignored {entry}: {item[2]}")
         elif kind == "zip":
             _scan_zip(entry, notebooks, chosen, res)
         elif kind == "file":
@@ -325,13 +457,54 @@ def _candidates(inbox: Path, items: list, notebooks: list[str], res: Collected) 
             if nb is not None:
                 chosen.setdefault(nb, []).append((entry.lstat().st_mtime, shown(entry.name),
                                                   lambda f=entry: _read_file(f)))
+            else:
+                res.files.append(f"ignored {shown(entry.name)}: not an assignment notebook")
         else:
-            for f, mtime in _walk(entry, inbox, res):
+            for f, mtime in _walk(entry, entry.parent, res):   # named from the student's folder on
+                if f.name.lower().endswith(".zip"):
+                    _scan_zip(f, notebooks, chosen, res)
+                    continue
                 nb = _match(f.name, notebooks)
                 if nb is not None:
-                    chosen.setdefault(nb, []).append((mtime, shown(os.path.relpath(f, inbox)),
+                    chosen.setdefault(nb, []).append((mtime, shown(os.path.relpath(f, entry.parent)),
                                                       lambda f=f: _read_file(f)))
+                else:
+                    res.files.append(f"ignored {shown(os.path.relpath(f, entry.parent))}: not an assignment notebook")
     return chosen
+
+
+def _pick(nb: str, candidates: list, res: Collected) -> tuple | None:
+    """The candidate to take for ``nb``: identical copies are one; of different files the newest in the plain
+    layout, none in an LMS download (its file times say nothing: the student is unreadable, both named)."""
+    distinct: dict[bytes, tuple] = {}
+    unread = set()
+    for candidate in sorted(candidates, key=lambda c: c[0]):
+        try:
+            data = candidate[2]()
+        except Exception as exc:  # noqa: BLE001 - encrypted, unsupported compression, a link, too large, ...
+            res.problems.append(f"cannot read {candidate[1]}: {shown(str(exc))}")
+            unread.add(candidate[1])
+            continue
+        distinct.pop(data, None)
+        distinct[data] = (candidate[0], candidate[1], data)
+    if not distinct:
+        return None
+    kept = list(distinct.values())
+    if len(kept) > 1 and res.lms:
+        res.problems.append(f"{len(kept)} different files compete for {nb}.ipynb: "
+                            + ", ".join(c[1] for c in kept) + "; not guessed (the download's file times say "
+                            "nothing): keep the one to grade and collect again")
+        res.files.extend(f"not taken {c[1]}: competes for {nb}.ipynb" for c in kept)
+        res.unreadable = True
+        return None
+    taken, kept_labels = kept[-1], {c[1] for c in kept}
+    for other in candidates:
+        if other[1] != taken[1] and other[1] not in unread:
+            res.files.append(f"superseded {other[1]} by {taken[1]}"
+                             + ("" if other[1] in kept_labels else " (the same content)"))
+    if len(kept) > 1:
+        res.problems.append(f"{len(kept)} different files for {nb}.ipynb; took the newest, {taken[1]}")
+    return taken
 
 
 def _collect_student(course: Course, inbox: Path, student: str, items: list, notebooks: list[str],
@@ -342,16 +515,14 @@ def _collect_student(course: Course, inbox: Path, student: str, items: list, not
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     for nb, candidates in sorted(chosen.items()):
-        candidates.sort(key=lambda c: c[0])
-        mtime, label, reader = candidates[-1]
-        if len(candidates) > 1:
-            res.problems.append(f"{len(candidates)} files for {nb}.ipynb; took the newest, {label}")
-        try:
-            (dest / f"{nb}.ipynb").write_bytes(reader())
-            res.notebooks[nb] = label
-            res.times[nb] = mtime
-        except Exception as exc:  # noqa: BLE001 - encrypted, unsupported compression, swapped for a link, ...
-            res.problems.append(f"cannot read {label}: {shown(str(exc))}")
+        taken = _pick(nb, candidates, res)
+        if taken is None:
+            continue
+        mtime, label, data = taken
+        (dest / f"{nb}.ipynb").write_bytes(data)
+        res.notebooks[nb] = label
+        res.times[nb] = mtime
+        res.files.append(f"taken {label} as {nb}.ipynb")
     missing = [nb for nb in notebooks if nb not in res.notebooks]
     if missing and not res.unreadable:
         res.problems.append("not submitted: " + ", ".join(f"{m}.ipynb" for m in missing))

@@ -34,6 +34,7 @@ from . import ASSIGNMENT, ROOT
 from .release import NBGRADER, nbgrader_env, release_notebooks  # noqa: F401 - nbgrader_env: every verb's, re-exported
 
 COURSE_ID = "learning-at-scale"
+ASSIGNMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$")
 
 
@@ -117,13 +118,16 @@ def write_atomic(path: Path, text: str, *, private: bool = False) -> Path:
     return path
 
 
-def write_csv(path: Path, fields: list[str], rows: list[dict]) -> Path:
-    """Write ``rows`` to ``path`` atomically (:func:`write_atomic`), every cell spreadsheet-safe: a failure
-    half-way never leaves a truncated grades file that looks complete."""
+def write_csv(path: Path, fields: list[str], rows: list[dict], verbatim: tuple[str, ...] = ()) -> Path:
+    """Write ``rows`` to ``path`` atomically (:func:`write_atomic`), every free-text cell spreadsheet-safe: a
+    failure half-way never leaves a truncated grades file that looks complete. The ``verbatim`` columns are
+    identifiers another system matches on (a Moodle ID number ``+491701234``): escaping them would make the
+    LMS find nobody, so they are written as they are (printable)."""
     out = io.StringIO(newline="")
     writer = csv.DictWriter(out, fieldnames=fields)
     writer.writeheader()
-    writer.writerows({k: spreadsheet_safe(row.get(k, "")) for k in fields} for row in rows)
+    writer.writerows({k: (printable(row.get(k, "")) if k in verbatim else spreadsheet_safe(row.get(k, "")))
+                      for k in fields} for row in rows)
     return write_atomic(path, out.getvalue())
 
 
@@ -131,12 +135,21 @@ def write_csv(path: Path, fields: list[str], rows: list[dict]) -> Path:
 class Course:
     """A grading folder plus the nbgrader source notebooks it grades."""
 
-    grading: Path = field(default_factory=lambda: Path(os.environ.get("LAS_GRADING_DIR", ROOT / "grading")))
-    source: Path = ROOT / "solutions" / ASSIGNMENT
+    grading: Path | None = None
+    source: Path | None = None
+    assignment: str = field(default_factory=lambda: os.environ.get("LAS_ASSIGNMENT") or ASSIGNMENT)
 
     def __post_init__(self):
+        """Defaults: ``solutions/<assignment>``; the grading folder ``$LAS_GRADING_DIR`` (else ``grading/``) for
+        the default assignment and its sub-folder ``<assignment>/`` for another, so that each assignment's
+        statuses, seed, deadline and grades stay apart while one TA folder holds the semester."""
+        if not ASSIGNMENT_NAME.fullmatch(self.assignment or ""):
+            raise ValueError(f"assignment {self.assignment!r}: letters, digits, '_' and '-' only (e.g. ex02)")
+        if self.grading is None:
+            base = Path(os.environ.get("LAS_GRADING_DIR") or ROOT / "grading")
+            self.grading = base if self.assignment == ASSIGNMENT else base / self.assignment
         self.grading = Path(self.grading).resolve()
-        self.source = Path(self.source).resolve()
+        self.source = Path(self.source if self.source is not None else ROOT / "solutions" / self.assignment).resolve()
 
     @property
     def db_path(self) -> Path:
@@ -149,7 +162,7 @@ class Course:
     def folder(self, kind: str, student: str | None = None) -> Path:
         """``grading/<kind>/<student>/ex01`` (or ``grading/<kind>`` without a student)."""
         base = self.grading / kind
-        return base if student is None else base / student / ASSIGNMENT
+        return base if student is None else base / student / self.assignment
 
     def handed_in(self, students: list[str], notebooks: list[str]) -> list[str]:
         """Those of ``notebooks`` that at least one of ``students`` submitted (a file in their submitted folder):
@@ -158,7 +171,7 @@ class Course:
 
     @property
     def release(self) -> Path:
-        return self.grading / "release" / ASSIGNMENT
+        return self.grading / "release" / self.assignment
 
     def notebook_names(self) -> list[str]:
         """Stems of the assignment's notebooks (from the source folder)."""
@@ -214,7 +227,7 @@ def sync_assignment(course: Course) -> list[str]:
     :func:`release_notebooks`), from ``course.source``; the committed notebooks/ folder is never touched.
     """
     course.grading.mkdir(parents=True, exist_ok=True)
-    digest = release_digest(course.source)
+    digest = release_digest(course.source, course.assignment)
     stamp = course.grading / "release-digest.txt"
     try:
         unchanged = stamp.read_text().strip() == digest and course.db_path.exists() and any(course.release.glob("*.ipynb"))
@@ -224,7 +237,7 @@ def sync_assignment(course: Course) -> list[str]:
         stamp.unlink(missing_ok=True)
         fresh = not course.db_path.exists()
         if not (fresh and _from_release_cache(course, digest)):
-            release_notebooks(course.source, course.release, db_url=course.db_url)
+            release_notebooks(course.source, course.release, db_url=course.db_url, assignment=course.assignment)
             if fresh:
                 _to_release_cache(course, digest)
         stamp.write_text(digest + "\n")
@@ -303,10 +316,10 @@ def _to_release_cache(course: Course, digest: str) -> None:
         pass
 
 
-def release_digest(source: Path) -> str:
-    """A digest of what the release is made from: the source notebooks, the pack's nbgrader
-    configuration and the release code."""
-    h = hashlib.sha256()
+def release_digest(source: Path, assignment: str = ASSIGNMENT) -> str:
+    """A digest of what the release is made from: the assignment's name (its gradebook entry), the source
+    notebooks, the pack's nbgrader configuration and the release code."""
+    h = hashlib.sha256(assignment.encode() + b"\0" if assignment != ASSIGNMENT else b"")
     here = Path(__file__).resolve().parent
     for path in [*sorted(Path(source).glob("*.ipynb")), here / "nbgrader_config.py", here / "release.py"]:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")

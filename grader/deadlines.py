@@ -1,23 +1,19 @@
-"""Submission times, the deadline and late penalties (``collect --deadline``, ``export``).
+"""Submission times, the deadline, extensions and late penalties (``collect --deadline``, ``export``).
 
 **Where a time comes from.** ``collect`` records each student's submission time in their collect report
 (``grading/collect/<student>.json``: ``submitted_at``, ISO 8601 in UTC, and ``time_source``):
 
-* ``--times FILE``: a CSV with a ``student`` column (the pack's id, or the LMS login / user id /
-  participant id that the download names carry) and a ``submitted_at`` column (ISO 8601 with a time zone,
-  e.g. ``2026-11-20T23:59:00+01:00``; a time without a zone is read in the deadline's zone). It wins over
-  file times. A student missing from it keeps the file time, and collect names them.
-* otherwise the newest modification time of the student's matched notebooks: a file's mtime, or a zip
-  entry's time (zip stores local time without a zone: read as this machine's local time).
-
-The LMS download names say who a file belongs to (grader/collect.py reads them):
-
-* Canvas "Download Submissions": ``<login>_<userid>_<submissionid>_<filename>``, late ones
-  ``<login>_late_<userid>_<submissionid>_<filename>`` (Canvas's own late flag, kept as ``lms.late``);
-  the pack's student id is the login, the Canvas user id is kept for the gradebook export.
-* Moodle "Download all submissions": ``<Full Name>_<participantid>_assignsubmission_file_/<file>`` (a
-  folder per student; older versions: the same prefix on each file); the pack's id is the name's
-  letters and digits joined by ``_`` and the participant id (``Jane_Doe_1234567``).
+* ``--times FILE``, the LMS's own record: Canvas's Submissions API list saved as JSON (grader/lms/canvas.py),
+  Moodle's grading worksheet (grader/lms/moodle.py), or a CSV with a ``student`` column (the pack's id, or
+  the LMS's user id / participant id) and a ``submitted_at`` column (ISO 8601 with a time zone, e.g.
+  ``2026-11-20T23:59:00+01:00``; a time without a zone is read in the deadline's zone). A student missing
+  from it is named by collect.
+* otherwise, for the plain layout only (the TA's own folders and zips), the newest modification time of the
+  student's matched files as they lie on this machine: a file's mtime, or the mtime of the zip file itself.
+  The dates stored *inside* a zip are never used: the student's software wrote them.
+* an LMS download without ``--times`` gives no time: Canvas stamps every entry with the time the zip was
+  built, Moodle with whatever it stored. Such a student's ``minutes_late`` is ``unknown`` and no penalty is
+  charged; collect and export say how to get the LMS's times.
 
 **Penalties** follow nbgrader's LateSubmissionPlugin
 (https://nbgrader.readthedocs.io/en/stable/plugins/late-plugin.html, nbgrader/plugins/latesubmission.py):
@@ -25,8 +21,12 @@ The LMS download names say who a file belongs to (grader/collect.py reads them):
 ``per-hour:P`` (P points per hour late, hours rounded as in nbgrader's documented ``SubMarks`` example
 plugin, ``round(seconds_late / 3600)``), and, as nbgrader's AssignLatePenalties does, the penalty is
 clamped to [0, score]. The pack applies it to the student's total. A deadline is ISO 8601 with a time
-zone. A student whose submission time is unknown is never counted on time: ``minutes_late`` says
-``unknown``, their reason names it, and ``export`` lists them.
+zone. Lateness is counted from the deadline plus the student's extension, as nbgrader counts it
+(``SubmittedAssignment.extension`` in nbgrader's gradebook, or ``--extensions FILE``: ``student,hours``),
+and a submission within ``--grace MINUTES`` of that is on time. A student whose submission time is unknown
+is never counted on time: ``minutes_late`` says ``unknown``, their reason names it, and ``export`` lists
+them. The LMS's own late flag (Canvas's ``LATE`` in the download name, ``late`` in its API) is checked
+against the time both ways: a disagreement is written into the student's reason for the TA.
 """
 
 from __future__ import annotations
@@ -35,61 +35,22 @@ import csv
 import json
 import math
 import re
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from .course import Course, valid_student_id
+from .lms import adapter_of
+from .lms.base import parse_iso
+from .lms.canvas import read_api_times
+from .lms.moodle import worksheet_times
 
 SETTINGS = "deadline.json"   # in the grading folder: what collect was given, used by export
-CANVAS = re.compile(r"^(?P<login>[A-Za-z0-9][A-Za-z0-9.@+-]*?)(?P<late>_late)?_(?P<user_id>\d+)_(?P<submission_id>\d+)"
-                    r"_(?P<file>.+)$", re.IGNORECASE)
-MOODLE = re.compile(r"^(?P<name>.+?)_(?P<participant>\d+)_assign(?:submission|feedback)_(?:file|onlinetext)_(?P<file>.*)$")
-
-
-# ----------------------------------------------------------------------------- LMS download names
-@dataclass
-class LmsName:
-    student: str          # the pack's student id
-    file: str             # the file name after the LMS's prefix ("" for a Moodle folder)
-    info: dict            # what the name said: system, user id / participant id, late flag, full name
-
-
-def parse_lms_name(name: str) -> LmsName | None:
-    """Who a Canvas or Moodle download entry belongs to, or None when the name is neither."""
-    m = MOODLE.match(name)
-    if m:
-        words = re.findall(r"[A-Za-z0-9]+", _ascii(m["name"]))
-        student = "_".join(words + [m["participant"]])[:64] if words else f"participant_{m['participant']}"
-        return LmsName(student, m["file"], {"system": "moodle", "participant_id": m["participant"],
-                                            "full_name": m["name"]})
-    m = CANVAS.match(name)
-    if m and valid_student_id(m["login"]):
-        return LmsName(m["login"], m["file"], {"system": "canvas", "user_id": m["user_id"],
-                                               "submission_id": m["submission_id"], "late": bool(m["late"])})
-    return None
-
-
-def _ascii(text: str) -> str:
-    """``José Núñez`` -> ``Jose Nunez`` (accents dropped), for a folder-safe student id."""
-    import unicodedata
-
-    return unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
 
 
 # ----------------------------------------------------------------------------- times
 def parse_time(text: str, default_zone=None) -> datetime:
     """An ISO 8601 time; one without a zone is read in ``default_zone`` (an error when there is none)."""
-    text = str(text).strip()
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not an ISO 8601 time (e.g. 2026-11-20T23:59:00+01:00)") from None
-    if value.tzinfo is None:
-        if default_zone is None:
-            raise ValueError(f"{text!r} has no time zone: write it as e.g. {text}+01:00 or {text}Z")
-        value = value.replace(tzinfo=default_zone)
-    return value
+    return parse_iso(text, default_zone)
 
 
 def parse_deadline(text: str) -> datetime:
@@ -101,67 +62,75 @@ def iso_utc(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="seconds")
 
 
-MOODLE_TIME_FORMATS = ("%A, %d %B %Y, %I:%M %p", "%A, %d %B %Y, %H:%M", "%d %B %Y, %I:%M %p", "%d %B %Y, %H:%M")
+def _utc(value: datetime) -> str:
+    return value.astimezone(timezone.utc).isoformat(timespec="seconds")
 
 
-def parse_moodle_time(text: str, default_zone=None) -> datetime:
-    """A time as Moodle's grading worksheet writes it ("Friday, 20 November 2026, 11:59 PM", in the
-    downloading user's time zone, which the file does not name: ``default_zone``, the deadline's), or ISO 8601."""
-    text = " ".join(str(text).split())
-    for fmt in MOODLE_TIME_FORMATS:
-        try:
-            value = datetime.strptime(text, fmt)
-        except ValueError:
-            continue
-        if default_zone is None:
-            raise ValueError(f"{text!r} has no time zone: give --deadline with a zone, the worksheet's times are read in it")
-        return value.replace(tzinfo=default_zone)
-    return parse_time(text, default_zone)
-
-
-def read_times(path: Path, default_zone=None) -> dict[str, str]:
-    """``--times FILE``: student (or LMS id) -> ISO 8601 UTC time. Raises ValueError naming the bad line.
-
-    Two layouts: the pack's own CSV (``student``, ``submitted_at``), or Moodle's grading worksheet
-    (Assignment > View all submissions > Download grading worksheet;
-    https://docs.moodle.org/en/Assignment_settings#Offline_grading_worksheet): ``Identifier``
-    ("Participant 1234567", matched to the download's participant id) and ``Last modified (submission)``
-    ("-" for no submission: left out, so collect names the student)."""
+def read_times(path: Path, default_zone=None) -> dict[str, dict]:
+    """``--times FILE``: key (the pack's id or an LMS id) -> {"submitted_at": ISO 8601 UTC, "late": the LMS's own
+    late flag or None}. Raises ValueError naming the bad line. The LMS formats are tried first (Canvas's
+    Submissions API JSON, Moodle's grading worksheet), then the pack's own CSV (``student``, ``submitted_at``)."""
+    path = Path(path)
+    api = read_api_times(path)
+    if api is not None:
+        out = {}
+        for key, entry in api.items():
+            try:
+                out[key] = {"submitted_at": _utc(parse_iso(entry["submitted_at"], default_zone)), "late": entry["late"]}
+            except ValueError as exc:
+                raise ValueError(f"{path}, user {key}: {exc}") from None
+        return out
+    try:
+        worksheet = worksheet_times(path, default_zone)
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text; expected a CSV or the Canvas Submissions API's JSON") from None
+    if worksheet is not None:
+        return {key: {"submitted_at": _utc(entry["submitted_at"]), "late": None} for key, entry in worksheet.items()}
     out = {}
     with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
         fields = {k.strip().lower(): k for k in reader.fieldnames or []}
-        moodle = "identifier" in fields and "last modified (submission)" in fields
-        if moodle:
-            who, when = fields["identifier"], fields["last modified (submission)"]
-        else:
-            who = next((fields[k] for k in ("student", "student_id", "login", "id") if k in fields), None)
-            when = next((fields[k] for k in ("submitted_at", "time", "timestamp") if k in fields), None)
+        who = next((fields[k] for k in ("student", "student_id", "login", "id", "user_id") if k in fields), None)
+        when = next((fields[k] for k in ("submitted_at", "time", "timestamp") if k in fields), None)
         if who is None or when is None:
-            raise ValueError(f"{path}: needs a 'student' and a 'submitted_at' column, or Moodle's grading worksheet "
-                             f"('Identifier', 'Last modified (submission)') (has: {reader.fieldnames})")
+            raise ValueError(f"{path}: needs a 'student' and a 'submitted_at' column, Moodle's grading worksheet "
+                             "('Identifier', 'Last modified (submission)') or Canvas's Submissions API list (JSON) "
+                             f"(has: {reader.fieldnames})")
         for line, row in enumerate(reader, 2):
             student, time_text = (row.get(who) or "").strip(), (row.get(when) or "").strip()
-            if moodle:
-                student = re.sub(r"\D", "", student)
-                if time_text in ("", "-"):
-                    continue
-            if not student:
+            if not student or time_text in ("", "-"):
                 continue
             try:
-                parsed = parse_moodle_time(time_text, default_zone) if moodle else parse_time(time_text, default_zone)
-                out[student] = parsed.astimezone(timezone.utc).isoformat(timespec="seconds")
+                out[student] = {"submitted_at": _utc(parse_iso(time_text, default_zone)), "late": None}
             except ValueError as exc:
                 raise ValueError(f"{path}, line {line}: {exc}") from None
     return out
 
 
-def time_for(student: str, lms: dict, times: dict[str, str]) -> str | None:
-    """The ``--times`` entry for a student: by the pack's id, else by the LMS's ids."""
-    for key in (student, lms.get("user_id"), lms.get("participant_id"), lms.get("full_name")):
-        if key and key in times:
-            return times[key]
-    return None
+def time_for(student: str, lms: dict, times: dict[str, dict]) -> dict | None:
+    """The ``--times`` entry for a student: by the pack's id, else by the ids their LMS download carried."""
+    adapter = adapter_of(lms)
+    keys = adapter.time_keys(student, lms) if adapter else [student]
+    return next((times[k] for k in keys if k in times), None)
+
+
+def read_extensions(path: Path) -> dict[str, float]:
+    """``--extensions FILE``: a CSV of ``student`` (the pack's id or an LMS id) and ``hours`` -> seconds."""
+    out = {}
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.DictReader(f)
+        fields = {k.strip().lower(): k for k in reader.fieldnames or []}
+        if "student" not in fields or "hours" not in fields:
+            raise ValueError(f"{path}: needs a 'student' and an 'hours' column (has: {reader.fieldnames})")
+        for line, row in enumerate(reader, 2):
+            student = (row.get(fields["student"]) or "").strip()
+            try:
+                hours = float((row.get(fields["hours"]) or "").strip())
+            except ValueError:
+                raise ValueError(f"{path}, line {line}: hours must be a number") from None
+            if student:
+                out[student] = hours * 3600
+    return out
 
 
 # ----------------------------------------------------------------------------- settings and penalties
@@ -176,8 +145,10 @@ def parse_penalty(text: str) -> tuple[str, float]:
     raise ValueError(f"--late-penalty {text!r}: expected none, zero or per-hour:P (P points per hour late)")
 
 
-def save_settings(course: Course, deadline: str | None, penalty: str | None) -> dict:
-    """Check and store ``--deadline`` / ``--late-penalty`` in grading/deadline.json (export reads them)."""
+def save_settings(course: Course, deadline: str | None, penalty: str | None, grace: float | None = None,
+                  extensions: Path | None = None) -> dict:
+    """Check and store ``--deadline``, ``--late-penalty``, ``--grace`` (minutes) and ``--extensions`` (the
+    file's hours per student) in grading/deadline.json (export and feedback read them)."""
     settings = load_settings(course)
     if deadline is not None:
         parse_deadline(deadline)
@@ -185,6 +156,12 @@ def save_settings(course: Course, deadline: str | None, penalty: str | None) -> 
     if penalty is not None:
         parse_penalty(penalty)
         settings["late_penalty"] = penalty
+    if grace is not None:
+        if not grace >= 0:
+            raise ValueError(f"--grace {grace}: expected minutes, 0 or more")
+        settings["grace_minutes"] = float(grace)
+    if extensions is not None:
+        settings["extensions_seconds"] = read_extensions(Path(extensions))
     if settings:
         course.grading.mkdir(parents=True, exist_ok=True)
         (course.grading / SETTINGS).write_text(json.dumps(settings, indent=1, sort_keys=True), encoding="utf-8")
@@ -217,15 +194,42 @@ def effective_settings(course: Course, deadline: str | None = None,
 LATE_FIELDS = ["submitted_at", "time_source", "minutes_late", "late_penalty", "score_before_penalty"]
 
 
+def _gradebook_extensions(course: Course) -> dict[str, float]:
+    """student -> seconds of the extension set in nbgrader's gradebook (``SubmittedAssignment.extension``)."""
+    if not course.db_path.exists():
+        return {}
+    from nbgrader.api import Gradebook, MissingEntry
+
+    from .course import COURSE_ID
+
+    with Gradebook(course.db_url, COURSE_ID) as gb:
+        try:
+            submissions = gb.find_assignment(course.assignment).submissions
+        except MissingEntry:
+            return {}
+        return {sub.student.id: sub.extension.total_seconds() for sub in submissions if sub.extension}
+
+
+def _add_reason(row: dict, text: str) -> None:
+    row["reason"] = "; ".join(filter(None, [row.get("reason"), text]))
+
+
 def apply_to_rows(course: Course, rows: list[dict], deadline: str | None = None,
                   penalty: str | None = None) -> list[str]:
     """Fill grades.csv's late columns in ``rows`` (dicts with student_id and score) and take each
     penalty off ``score``; returns the students whose time is unknown while a deadline is set."""
     deadline, (method, per_hour) = effective_settings(course, deadline, penalty)
     due = parse_deadline(deadline) if deadline else None
+    settings = load_settings(course)
+    grace = float(settings.get("grace_minutes") or 0.0) * 60
+    listed = settings.get("extensions_seconds") or {}
+    in_gradebook = _gradebook_extensions(course) if due is not None else {}
     unknown = []
     for row in rows:
-        report = course.read_json("collect", row["student_id"]) if valid_student_id(row["student_id"]) else {}
+        student = row["student_id"]
+        report = course.read_json("collect", student) if valid_student_id(student) else {}
+        lms = report.get("lms") or {}
+        adapter = adapter_of(lms)
         when = report.get("submitted_at")
         row["submitted_at"] = when or ""
         row["time_source"] = report.get("time_source", "")
@@ -236,19 +240,28 @@ def apply_to_rows(course: Course, rows: list[dict], deadline: str | None = None,
             continue
         if not when:
             row["minutes_late"] = "unknown"
-            unknown.append(row["student_id"])
-            row["reason"] = "; ".join(filter(None, [row.get("reason"), f"submission time unknown (deadline {deadline}): "
-                                                    "not counted on time; check it by hand or collect with --times"]))
+            unknown.append(student)
+            how = adapter.TIMES_HELP if adapter else "check it by hand or collect with --times"
+            flag = f"{adapter.NAME.capitalize()} marked it LATE; " if lms.get("late") else ""
+            _add_reason(row, f"submission time unknown (deadline {deadline}): {flag}no penalty charged; {how}")
             continue
-        seconds = (parse_time(when) - due).total_seconds()
+        keys = adapter.time_keys(student, lms) if adapter else [student]
+        extension = max([in_gradebook.get(student, 0.0)] + [float(listed[k]) for k in keys if k in listed])
+        seconds = (parse_time(when) - due).total_seconds() - extension
+        if seconds <= grace:
+            seconds = min(seconds, 0.0)
         row["minutes_late"] = max(0, math.ceil(seconds / 60)) if seconds > 0 else 0
         score = float(row.get("score") or 0.0)
         row["late_penalty"] = penalty_for(score, seconds, method, per_hour)
         row["score"] = round(score - row["late_penalty"], 6)
-        lms = report.get("lms") or {}
-        if lms.get("late") and seconds <= 0:
-            row["reason"] = "; ".join(filter(None, [row.get("reason"), "Canvas marked this submission late, its time "
-                                                    f"({when}) is before the deadline: check it"]))
+        if extension:
+            _add_reason(row, f"extension of {extension / 3600:g} h counted")
+        flagged = lms.get("late")
+        if adapter is not None and flagged is not None and bool(flagged) != (seconds > 0):
+            name = adapter.NAME.capitalize()
+            _add_reason(row, f"{name} marked this submission late, but its time ({when}) is on time here: check it"
+                        if flagged else f"{name} did not mark this submission late, but its time ({when}) is "
+                        f"{row['minutes_late']} min late here (an extension or due date set in {name}?): check it")
     return unknown
 
 
@@ -267,7 +280,6 @@ def record_in_gradebook(course: Course, rows: list[dict], deadline: str | None =
     penalties are cleared; a submission's time is written whenever it is known."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    from . import ASSIGNMENT
     from .course import COURSE_ID
 
     if not course.db_path.exists():
@@ -276,12 +288,12 @@ def record_in_gradebook(course: Course, rows: list[dict], deadline: str | None =
     order = {name: index for index, name in enumerate(course.notebook_names())}
     with Gradebook(course.db_url, COURSE_ID) as gb:
         try:
-            gb.find_assignment(ASSIGNMENT).duedate = _naive_utc(deadline) if deadline else None
+            gb.find_assignment(course.assignment).duedate = _naive_utc(deadline) if deadline else None
         except MissingEntry:
             return
         for row in rows:
             try:
-                submission = gb.find_submission(ASSIGNMENT, row["student_id"])
+                submission = gb.find_submission(course.assignment, row["student_id"])
             except MissingEntry:
                 continue
             submission.timestamp = _naive_utc(row["submitted_at"]) if row.get("submitted_at") else None

@@ -100,7 +100,9 @@ class JudgeExecute(NbGraderPreprocessor):
         if not db_url.startswith("sqlite:///"):
             raise RuntimeError("the pack's grader keeps its gradebook in a SQLite file (grading/gradebook.db); "
                                f"got {db_url!r}: use `python -m grader autograde`")
-        course = Course(grading=Path(db_url[len("sqlite:///"):]).parent, **({"source": Path(self.source)} if self.source else {}))
+        named = {"assignment": str(info["assignment"])} if info.get("assignment") else {}
+        course = Course(grading=Path(db_url[len("sqlite:///"):]).parent, **named,
+                        **({"source": Path(self.source)} if self.source else {}))
         result, workroot = grade_one(student, notebook, course)
         try:
             if result.autograded is not None and result.autograded.exists():

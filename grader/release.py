@@ -55,7 +55,7 @@ def nbgrader_env(env: dict | None = None) -> dict:
     return full
 
 
-def release_notebooks(source: Path, dest: Path, *, db_url: str | None = None) -> Path:
+def release_notebooks(source: Path, dest: Path, *, db_url: str | None = None, assignment: str = ASSIGNMENT) -> Path:
     """Generate the release of the source notebooks in ``source`` (a folder of ``<stem>.ipynb``) into
     ``dest`` (replaced) and return ``dest``.
 
@@ -66,10 +66,10 @@ def release_notebooks(source: Path, dest: Path, *, db_url: str | None = None) ->
     with tempfile.TemporaryDirectory(prefix="las-release-") as tmp:
         tmp = Path(tmp)
         db_url = db_url or f"sqlite:///{tmp / 'gradebook.db'}"
-        shutil.copytree(source, tmp / "source" / ASSIGNMENT,
+        shutil.copytree(source, tmp / "source" / assignment,
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
         cmd = [
-            *NBGRADER, "generate_assignment", ASSIGNMENT, "--force",
+            *NBGRADER, "generate_assignment", assignment, "--force",
             f"--CourseDirectory.root={tmp}", "--CourseDirectory.source_directory=source",
             "--CourseDirectory.release_directory=release",
             f"--CourseDirectory.db_url={db_url}",
@@ -79,7 +79,7 @@ def release_notebooks(source: Path, dest: Path, *, db_url: str | None = None) ->
         proc = subprocess.run(cmd, cwd=GRADER_DIR, capture_output=True, text=True, env=nbgrader_env())
         if proc.returncode != 0:
             raise RuntimeError(f"nbgrader generate_assignment failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-        generated = tmp / "release" / ASSIGNMENT
+        generated = tmp / "release" / assignment
         check_no_leaks(generated)
         with _lock("release"):
             if dest.exists():

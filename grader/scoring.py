@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import warnings
 
-from . import ASSIGNMENT
 from .course import COURSE_ID, Course
 from . import judge as judging
 from utils.notebook_cells import cell_source, grade_id, is_manually_graded, nbgrader_meta
@@ -106,12 +105,12 @@ def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
     dest = course.folder("autograded", result.student) / f"{result.notebook}.ipynb"
     with Gradebook(course.db_url, COURSE_ID) as gb:
         try:
-            gb.find_submission(ASSIGNMENT, result.student)
+            gb.find_submission(course.assignment, result.student)
         except MissingEntry:
             with warnings.catch_warnings():  # nbgrader's add_submission trips a harmless SQLAlchemy warning
                 warnings.simplefilter("ignore")
-                gb.add_submission(ASSIGNMENT, result.student)
-        sub = gb.find_submission_notebook(result.notebook, ASSIGNMENT, result.student)
+                gb.add_submission(course.assignment, result.student)
+        sub = gb.find_submission_notebook(result.notebook, course.assignment, result.student)
         score = max_score = 0.0
         for grade in sub.grades:
             cell = grade.cell
@@ -119,6 +118,8 @@ def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
                 grade.auto_score, grade.needs_manual_grade = 0.0, False
             else:
                 auto, needs = result.grades.get(cell.name, (0.0, False))
+                if needs and grade.manual_score is not None:   # a TA graded it: a regrade keeps it graded
+                    needs = False
                 grade.auto_score, grade.needs_manual_grade = auto, needs
             autograded_test = not getattr(cell, "cell_type", None) == "markdown" and not _is_manual(gb, cell)
             if autograded_test:

@@ -14,7 +14,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import ASSIGNMENT
 from .results import NotebookResult
 from .scoring import merge
 from .batch import (BATCH_PARTS, MANIFEST, ShardError, _adopt_seed, _shard_folders, _short, batch_fingerprint,
@@ -30,7 +29,7 @@ def _notebook_result(shard: Course, student: str, notebook: str, scratch: Path):
     result = NotebookResult(student, notebook, grades={})
     with Gradebook(shard.db_url, COURSE_ID) as gb:
         try:
-            sub = gb.find_submission_notebook(notebook, ASSIGNMENT, student)
+            sub = gb.find_submission_notebook(notebook, shard.assignment, student)
         except MissingEntry:
             result.grades = None
             return result
@@ -70,7 +69,7 @@ def _grade_disagreements(shard: Course, student: str, status: dict, notebooks: l
             judged = entry.get("judge") if isinstance(entry.get("judge"), dict) else None
             points = judged.get("points") if judged and isinstance(judged.get("points"), dict) else None
             try:
-                sub = gb.find_submission_notebook(nb, ASSIGNMENT, student)
+                sub = gb.find_submission_notebook(nb, shard.assignment, student)
             except MissingEntry:
                 if points and any(v for v in points.values()):
                     found.append(f"{student} {nb}: no gradebook entry, the status file gives points")
@@ -132,7 +131,7 @@ def merge_shards(course: Course, dirs: list[Path] | None = None, allow_missing: 
         index = shard_of(s, count)
         expected = student_fingerprint(course, s, notebooks, current)
         folder = by_index.get(index)
-        status = Course(grading=folder, source=course.source).read_json("status", s) if folder else {}
+        status = Course(grading=folder, source=course.source, assignment=course.assignment).read_json("status", s) if folder else {}
         if is_finished(status, expected):
             done.setdefault(index, []).append((s, status))
         else:
@@ -144,7 +143,7 @@ def merge_shards(course: Course, dirs: list[Path] | None = None, allow_missing: 
                          "again into plain folders): " + ", ".join(str(p) for p in links[:10])
                          + (f" and {len(links) - 10} more" if len(links) > 10 else ""))
     disagree = [line for index, pairs in sorted(done.items()) for s, status in pairs
-                for line in _grade_disagreements(Course(grading=by_index[index], source=course.source), s, status,
+                for line in _grade_disagreements(Course(grading=by_index[index], source=course.source, assignment=course.assignment), s, status,
                                                  notebooks)]
     if disagree:
         raise ShardError("shard gradebooks disagree with their status files' judge records (was a gradebook edited "
@@ -165,7 +164,7 @@ def merge_shards(course: Course, dirs: list[Path] | None = None, allow_missing: 
     with tempfile.TemporaryDirectory(prefix="las-merge-") as scratch:
         scratch = Path(scratch)
         for index in sorted(done):
-            shard = Course(grading=by_index[index], source=course.source)
+            shard = Course(grading=by_index[index], source=course.source, assignment=course.assignment)
             for s, status in done[index]:
                 invalidate(course, s)
                 for nb in notebooks:

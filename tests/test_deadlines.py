@@ -36,48 +36,118 @@ def _put(path: Path, when: float) -> None:
 
 
 def test_lms_download_names():
-    from grader.deadlines import parse_lms_name
+    """The student id comes from the LMS's own id (grader/lms/): Canvas's user id or anonymous id, Moodle's
+    participant id; the name is kept for the TA, in any script."""
+    from grader.lms import parse_download_name
 
-    c = parse_lms_name("doejane_12345_67890_task1_infonce.ipynb")
-    assert (c.student, c.file, c.info) == ("doejane", "task1_infonce.ipynb",
-                                           {"system": "canvas", "user_id": "12345", "submission_id": "67890", "late": False})
-    late = parse_lms_name("smithbob_late_23456_78901_task1_infonce-1.ipynb")
-    assert late.student == "smithbob" and late.info["late"] and late.file == "task1_infonce-1.ipynb"
-    m = parse_lms_name("José Núñez_1234567_assignsubmission_file_")
-    assert (m.student, m.file) == ("Jose_Nunez_1234567", "")
-    assert m.info == {"system": "moodle", "participant_id": "1234567", "full_name": "José Núñez"}
-    flat = parse_lms_name("Jane Doe_7654321_assignsubmission_file_task1_infonce.ipynb")
-    assert flat.student == "Jane_Doe_7654321" and flat.file == "task1_infonce.ipynb"
-    for name in ("alice", "alice.zip", "alice__task1_infonce.ipynb", "notes_1.txt"):
-        assert parse_lms_name(name) is None, name
+    c = parse_download_name("doejane_12345_67890_task1_infonce.ipynb", False)
+    assert (c.student, c.file) == ("canvas_12345", "task1_infonce.ipynb")
+    assert c.info == {"system": "canvas", "user_id": "12345", "attachment_id": "67890", "late": False, "name": "doejane"}
+    late = parse_download_name("smithbob_LATE_23456_78901_task1_infonce-1.ipynb", False)
+    assert late.student == "canvas_23456" and late.info["late"] and late.file == "task1_infonce-1.ipynb"
+    assert parse_download_name("smithbob_late_23456_78901_task1_infonce.ipynb", False).info["late"]   # older Canvas
+    assert parse_download_name("王小明_1007_55517_task1_infonce.ipynb", False).student == "canvas_1007"
+    anon = parse_download_name("LATE_anon_Ab3dE_55531_task1_infonce.ipynb", False)
+    assert anon.student == "canvas_anon_Ab3dE" and anon.info["late"] and anon.info["anonymous_id"] == "Ab3dE"
+    m = parse_download_name("José Núñez_1234567_assignsubmission_file_", True)          # Moodle 3.1-4.0
+    assert (m.student, m.file) == ("moodle_1234567", "")
+    assert m.info["participant_id"] == "1234567" and m.info["name"] == "José Núñez"
+    assert parse_download_name("José Núñez_1234567_assignsubmission_file", True).student == "moodle_1234567"  # 4.1+
+    flat = parse_download_name("Jane Doe_7654321_assignsubmission_file_task1_infonce.ipynb", False)
+    assert flat.student == "moodle_7654321" and flat.file == "task1_infonce.ipynb"
+    for name in ("alice", "alice.zip", "alice__task1_infonce.ipynb", "notes_1.txt", "doejane_1001.html"):
+        assert parse_download_name(name, False) is None, name
+    text = parse_download_name("doejane_1001_text.html", False)   # an online text entry: the student's, no notebook
+    assert text.student == "canvas_1001" and text.file == "online text.html"
+    assert parse_download_name("alice", True) is None
 
 
-def test_collect_reads_canvas_and_moodle_downloads_with_their_times(tmp_path):
+def test_lms_downloads_charge_no_penalty_without_the_lms_times(tmp_path):
+    """Canvas stamps every entry of its zip with the time the zip was built: those are never submission
+    times. Without --times nobody is charged, everyone is named, and the TA is told where the times are;
+    the plain layout keeps its file times."""
     from grader.collect import collect
 
     course = _course(tmp_path)
     inbox = tmp_path / "inbox"
-    _put(inbox / "doejane_12345_67890_task1_infonce.ipynb", DUE - 3600)               # an hour early
-    _put(inbox / "smithbob_late_23456_78901_task1_infonce.ipynb", DUE + 2.5 * 3600)   # 2.5 h late
-    _put(inbox / "Jane Roe_7654321_assignsubmission_file_" / "task1_infonce.ipynb", DUE + 59)
+    built = DUE + 2 * 86400          # the download, two days after the deadline
+    _put(inbox / "doejane_12345_67890_task1_infonce.ipynb", built)
+    _put(inbox / "smithbob_LATE_23456_78901_task1_infonce.ipynb", built)
+    _put(inbox / "Jane Roe_7654321_assignsubmission_file" / "task1_infonce.ipynb", built)
+    _put(inbox / "plainpat" / "task1_infonce.ipynb", DUE + 3600)
     results = {r.student: r for r in collect(course, inbox, deadline=DEADLINE, late_penalty="per-hour:2")}
-    assert sorted(results) == ["Jane_Roe_7654321", "doejane", "smithbob"]
+    assert sorted(results) == ["canvas_12345", "canvas_23456", "moodle_7654321", "plainpat"]
     assert all(not r.unreadable for r in results.values()), {s: r.problems for s, r in results.items()}
-    report = course.read_json("collect", "smithbob")
-    assert report["lms"]["late"] is True and report["lms"]["user_id"] == "23456"
-    assert report["submitted_at"] == datetime.fromtimestamp(DUE + 2.5 * 3600, timezone.utc).isoformat(timespec="seconds")
-    assert report["time_source"] == "file time"
-    assert course.read_json("collect", "Jane_Roe_7654321")["lms"]["participant_id"] == "7654321"
+    report = course.read_json("collect", "canvas_23456")
+    assert report["lms"]["late"] is True and report["lms"]["user_id"] == "23456" and report["lms"]["name"] == "smithbob"
+    assert report["submitted_at"] == "" and report["time_source"].startswith("none (canvas download")
+    assert any("--times" in p for p in results["canvas_12345"].problems)
+    assert course.read_json("collect", "plainpat")["time_source"] == "file time"
     assert json.loads((course.grading / "deadline.json").read_text()) == {"deadline": DEADLINE, "late_penalty": "per-hour:2"}
 
-    # export (nobody graded: scores 0) shows time, minutes late and penalty
     proc = grader_cli(course.grading, course.source, "export")
     assert proc.returncode == 0, proc.stderr
     rows = {r["student_id"]: r for r in csv.DictReader(open(course.grading / "grades.csv", newline=""))}
-    assert rows["doejane"]["minutes_late"] == "0" and rows["smithbob"]["minutes_late"] == "150"
-    assert rows["Jane_Roe_7654321"]["minutes_late"] == "1"
-    assert rows["smithbob"]["submitted_at"].startswith("2026-11-21T01:29")
-    assert "late: 2" in proc.stdout
+    for student in ("canvas_12345", "canvas_23456", "moodle_7654321"):
+        assert rows[student]["minutes_late"] == "unknown" and rows[student]["late_penalty"] == "0.0", rows[student]
+    assert "Canvas marked it LATE" in rows["canvas_23456"]["reason"]
+    assert rows["canvas_23456"]["name"] == "smithbob"
+    assert rows["plainpat"]["minutes_late"] == "60"
+    assert "NO SUBMISSION TIME" in proc.stdout and "canvas_12345" in proc.stdout
+
+
+def test_canvas_api_times_give_the_minutes_and_its_late_flag_is_cross_checked(tmp_path):
+    """--times with Canvas's Submissions API list (JSON): matched by user id; Canvas's late flag is checked
+    against the time both ways (a LATE marker on an on-time time, no marker on a late time)."""
+    from grader.collect import collect
+
+    course = _course(tmp_path)
+    inbox = tmp_path / "inbox"
+    for name in ("doejane_12345_67890", "smithbob_LATE_23456_78901", "leeann_34567_78902"):
+        _put(inbox / f"{name}_task1_infonce.ipynb", DUE + 2 * 86400)
+    api = tmp_path / "submissions.json"
+    api.write_text(json.dumps([
+        {"user_id": 12345, "submitted_at": "2026-11-20T21:00:00Z", "late": False, "workflow_state": "submitted"},
+        {"user_id": 23456, "submitted_at": "2026-11-21T01:29:00Z", "late": True, "workflow_state": "submitted"},
+        {"user_id": 34567, "submitted_at": "2026-11-21T03:00:00Z", "late": False, "workflow_state": "submitted"},
+        {"user_id": 99999, "submitted_at": None, "late": False, "workflow_state": "unsubmitted"}]))
+    collect(course, inbox, times=api, deadline=DEADLINE, late_penalty="per-hour:1")
+    assert course.read_json("collect", "canvas_23456")["submitted_at"] == "2026-11-21T01:29:00+00:00"
+    proc = grader_cli(course.grading, course.source, "export")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["student_id"]: r for r in csv.DictReader(open(course.grading / "grades.csv", newline=""))}
+    assert rows["canvas_12345"]["minutes_late"] == "0" and rows["canvas_23456"]["minutes_late"] == "150"
+    assert "did not mark this submission late" in rows["canvas_34567"]["reason"]
+    assert "check it" not in rows["canvas_23456"]["reason"]
+
+
+def test_extensions_from_the_gradebook_or_a_csv_and_a_grace_period(tmp_path):
+    """Lateness counts from the deadline plus the student's extension (nbgrader's gradebook, or --extensions),
+    and --grace minutes are on time: a 4-hour extension set in nbgrader is 0 s late there and here."""
+    from nbgrader.api import Gradebook
+
+    from grader import ASSIGNMENT
+    from grader.course import COURSE_ID
+    from grader.deadlines import apply_to_rows, save_settings
+
+    course = _course(tmp_path)
+    _gradebook(course, {"alice": [5.0], "bob": [5.0], "carol": [5.0], "dave": [5.0]})
+    with Gradebook(course.db_url, COURSE_ID) as gb:
+        from datetime import timedelta
+
+        gb.find_submission(ASSIGNMENT, "alice").extension = timedelta(hours=4)
+        gb.db.commit()
+    for student, minutes in (("alice", 3 * 60), ("bob", 2 * 60), ("carol", 4), ("dave", 20)):
+        when = datetime.fromtimestamp(DUE + minutes * 60, timezone.utc).isoformat(timespec="seconds")
+        course.write_json("collect", student, {"submitted_at": when, "time_source": "--times t.csv"})
+    extensions = tmp_path / "extensions.csv"
+    extensions.write_text("student,hours\nbob,2.5\n")
+    save_settings(course, DEADLINE, "per-hour:1", grace=5, extensions=extensions)
+    rows = [{"student_id": s, "score": 5.0, "reason": ""} for s in ("alice", "bob", "carol", "dave")]
+    apply_to_rows(course, rows)
+    late = {r["student_id"]: (r["minutes_late"], r["late_penalty"]) for r in rows}
+    assert late == {"alice": (0, 0.0), "bob": (0, 0.0), "carol": (0, 0.0), "dave": (20, 0.0)}
+    assert "extension of 4 h" in rows[0]["reason"] and "extension of 2.5 h" in rows[1]["reason"]
 
 
 def test_times_csv_wins_and_a_student_missing_from_it_is_named(tmp_path):
@@ -99,7 +169,7 @@ def test_times_csv_wins_and_a_student_missing_from_it_is_named(tmp_path):
 def test_moodles_grading_worksheet_gives_the_times(tmp_path):
     """Moodle's "Download grading worksheet" (Identifier "Participant N", "Last modified (submission)" in
     Moodle's words, the downloader's zone: read in the deadline's) as --times, matched to the
-    download's participant ids; a "-" (no submission) leaves the file time and names the student."""
+    download's participant ids; a "-" (no submission) leaves no time and names the student."""
     from grader.collect import collect
 
     course = _course(tmp_path)
@@ -114,11 +184,12 @@ def test_moodles_grading_worksheet_gives_the_times(tmp_path):
         '"Saturday, 21 November 2026, 1:30 AM",-,\n'
         "Participant 1111111,Ana Lima,ana@uni.example,No submission,,11.00,Yes,-,-,\n", encoding="utf-8")
     results = {r.student: r for r in collect(course, inbox, times=worksheet, deadline=DEADLINE)}
-    jane = course.read_json("collect", "Jane_Roe_7654321")
+    jane = course.read_json("collect", "moodle_7654321")
     assert jane["submitted_at"] == "2026-11-21T00:30:00+00:00"   # 1:30 AM at +01:00: 91 minutes late
     assert jane["time_source"].startswith("--times")
-    assert any("not in" in p for p in results["Ana_Lima_1111111"].problems)
-    rows = [{"student_id": "Jane_Roe_7654321", "score": 10.0, "reason": ""}]
+    assert course.read_json("collect", "moodle_1111111")["time_source"] == f"none (moodle download, not in {worksheet.name})"
+    assert any(p.startswith(f"not in {worksheet.name}: no submission time") for p in results["moodle_1111111"].problems)
+    rows = [{"student_id": "moodle_7654321", "score": 10.0, "reason": ""}]
     from grader.deadlines import apply_to_rows
 
     apply_to_rows(course, rows, DEADLINE, "per-hour:1")
@@ -132,7 +203,7 @@ def test_worksheet_times_need_a_zone(tmp_path):
     sheet.write_text("Identifier,Last modified (submission)\nParticipant 5,\"Friday, 20 November 2026, 11:00 PM\"\n")
     with pytest.raises(ValueError, match="time zone"):
         read_times(sheet)
-    assert read_times(sheet, timezone.utc) == {"5": "2026-11-20T23:00:00+00:00"}
+    assert read_times(sheet, timezone.utc) == {"5": {"submitted_at": "2026-11-20T23:00:00+00:00", "late": None}}
 
 
 def test_a_deadline_without_time_zone_is_refused(tmp_path):
@@ -171,7 +242,8 @@ def test_canvas_late_flag_against_an_earlier_time_is_pointed_out(tmp_path):
     from grader.deadlines import apply_to_rows
 
     course = _course(tmp_path)
-    course.write_json("collect", "carol", {"submitted_at": "2026-11-20T12:00:00+00:00", "lms": {"late": True}})
+    course.write_json("collect", "carol", {"submitted_at": "2026-11-20T12:00:00+00:00",
+                                           "lms": {"system": "canvas", "user_id": "5", "late": True}})
     rows = [{"student_id": "carol", "score": 4.0, "reason": ""}]
     apply_to_rows(course, rows, DEADLINE, "zero")
     assert rows[0]["late_penalty"] == 0.0 and "Canvas marked this submission late" in rows[0]["reason"]

@@ -6,10 +6,12 @@
 #   mkdir -p grading/slurm
 #   sbatch --cpus-per-task=8 --mem=32G grader/cluster/slurm_array.sh                   # 8 shards (0-7)
 #   sbatch --array=0-31 --cpus-per-task=4 --mem=16G grader/cluster/slurm_array.sh     # 32 shards (from 0, no step)
-# --cpus-per-task and --mem default to 8 and 32G below; a partition with smaller nodes rejects that at
-# submission ("Requested node configuration is not available"): pass what a node of your partition has
-# (one worker per 2 CPUs, each kernel capped at --mem-gb, 6 GB: give --mem >= 3G per CPU), and pass the
-# same flags again whenever you resubmit a task.
+# --cpus-per-task and --mem default to 8 and 32G below. On a partition whose nodes are smaller, Slurm either
+# rejects that at submission ("Requested node configuration is not available") or, depending on the
+# cluster's EnforcePartLimits, accepts it and leaves every task PENDING for ever (squeue's reason:
+# Resources, or ReqNodeNotAvail). Look first: `sinfo -o "%P %c %m"` prints each partition's CPUs and MB per
+# node; pass what a node has (one worker per 2 CPUs, each kernel capped at --mem-gb, 6 GB: give --mem >= 3G
+# per CPU), and pass the same flags again whenever you resubmit a task.
 #
 # Merge and export when the array has ended, whatever happened to its tasks (afterany, not afterok: with
 # afterok one failed task would leave the merge pending forever, even after a successful resubmit):
@@ -35,7 +37,8 @@
 # the students in flight are graded again by the resubmitted task, its scratch folder is removed.
 # Each task first regenerates the release and the solution's reference values (measured: about 60-70 s
 # of a node's time for the five notebooks before its first student), so use fewer, larger shards for
-# small classes. Extra options before the verb (e.g. --grading-dir DIR) go in $LAS_GRADER_OPTIONS.
+# small classes. Extra options before the verb (e.g. --grading-dir DIR, --assignment ex02) go in
+# $LAS_GRADER_OPTIONS; slurm_merge.sh needs the same.
 #
 #SBATCH --job-name=las-autograde
 #SBATCH --array=0-7
