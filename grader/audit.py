@@ -18,7 +18,8 @@ walk is linear in the size of the code. What is reported, with its cell and line
 * anything naming the grader: the identifiers ``grader``/``nbgrader`` and strings holding "grader",
   "gradebook" or one of the grader's ``LAS_`` variables;
 * escape hatches: ``ctypes``, ``cffi``, ``gc.get_objects``/``get_referrers``, frame inspection
-  (``inspect.currentframe``, ``sys._getframe``, ``f_back``, ``f_globals``, ``tb_frame``...), ``signal``,
+  (``inspect.currentframe``, ``sys._getframe``, ``f_back``, ``f_globals``, ``tb_frame``, ``traceback``'s stack
+  walks...), a scan of the environment (``os.environ.items()``...), ``faulthandler``, ``signal``,
   ``os._exit``/``kill``/``fork``/``system``, ``subprocess``, ``multiprocessing``, ``threading``,
   ``socket``, and writes that could forge the grader's records (``os.write``/``os.dup2`` on raw file
   descriptors, paths under ``/proc/`` or ``/dev/fd``);
@@ -106,6 +107,7 @@ DYNAMIC = "dynamic code"
 DESERIALISE = "deserialisation"
 ENCODED = "encoded payload"
 RAW_FD = "raw file descriptor"
+ENVIRON = "environment scan"
 UNPARSEABLE = "unparseable code"
 OVERSIZED = "oversized code"
 
@@ -153,7 +155,7 @@ STRINGS: dict[str, str] = {
     "ctypes": NATIVE, "_ctypes": NATIVE, "cffi": NATIVE, "subprocess": PROCESS, "_posixsubprocess": PROCESS,
     "multiprocessing": PROCESS, "threading": THREADING, "_thread": THREADING, "socket": SOCKET,
     "builtins": BUILTINS, "importlib": IMPORTS, "marshal": DESERIALISE, "_exit": PROCESS,
-    "__setattr__": SETATTR, "__delattr__": SETATTR, "setattr": SETATTR,
+    "__setattr__": SETATTR, "__delattr__": SETATTR, "setattr": SETATTR, "faulthandler": PROCESS,
 }
 # The grader's own environment variables; the ones a student may legitimately set are left out.
 LAS_HONEST = frozenset(("LAS_PRESET", "LAS_DEVICE", "LAS_BUILD_DIR"))
@@ -173,6 +175,11 @@ QUALIFIED: dict[str, str] = {
     "ctypes": NATIVE, "_ctypes": NATIVE, "cffi": NATIVE,
     "inspect.stack": FRAMES, "inspect.trace": FRAMES, "inspect.getouterframes": FRAMES,
     "inspect.getinnerframes": FRAMES, "inspect.getframeinfo": FRAMES, "inspect.getclosurevars": FRAMES,
+    **dict.fromkeys((f"traceback.{name}" for name in (
+        "extract_stack", "walk_stack", "format_stack", "print_stack", "StackSummary", "walk_tb")), FRAMES),
+    "faulthandler": PROCESS,   # it can crash the process on purpose (a "kernel died" that hides a review)
+    **dict.fromkeys(("os.environ.keys", "os.environ.items", "os.environ.values", "os.environ.copy",
+                     "os.environb"), ENVIRON),   # a scan of the environment: looking for the grader
     "signal": SIGNAL,
     **dict.fromkeys((f"os.{name}" for name in (
         "_exit", "kill", "killpg", "fork", "forkpty", "system", "popen", "abort", "posix_spawn",

@@ -116,7 +116,9 @@ def audit_submission(nb: dict, notebook: str, result: NotebookResult, release_pa
     if findings:
         from .audit import summarise
 
+        worse = result.status not in ("graded", "review")   # e.g. kernel died: the audit must still show
         if result.status == "graded":
             result.status = "review"
-        result.reasons.append(f"{notebook}: {summarise(findings)}")
+        result.reasons.append(f"{notebook}: " + ("ALSO FOR REVIEW (the status above is worse, the audit flagged "
+                                                 "code too): " if worse else "") + summarise(findings))
         result.audit = [f"{f.cell} line {f.line}: {f.what}: {f.code}" for f in findings[:50]]

@@ -23,9 +23,11 @@ class Case:
     kind: str = "value"    # see CASE_KINDS; a check that expects an error is a "rule" whatever it says
 
 
-#: What a case checks. Only "value" cases stand on their own; every other kind scores only when all
-#: the value cases of the same function pass (``FUNCTIONS`` of the checks module), so an answer that
-#: computes nothing right earns nothing for its shape, its generator use or its error messages.
+#: What a case checks. Only "value" cases stand on their own; every other kind scores only when the
+#: MAIN value cases of its function pass (``MAIN`` of the checks module: what the function computes on
+#: ordinary inputs; ``FUNCTIONS`` says which function each probe exercises), so an answer that computes
+#: nothing right earns nothing for its shape, its identities, its generator use or its error messages,
+#: while an edge-case value (stability, a degenerate input) that fails costs its own share only.
 #: "rule" (input validation, typing, random-state hygiene) weighs at most 10 % of the core's
 #: autograded points; "given" (a check of code the release gives) weighs 0 and is only reported.
 CASE_KINDS = ("value", "property", "rule", "given")

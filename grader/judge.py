@@ -53,22 +53,37 @@ def function_of(stem: str) -> dict[str, str]:
     return {c.probe: out.get(c.probe, f"cell {c.cell}") for c in load_cases(stem)}
 
 
+def main_cases(stem: str) -> dict[str, tuple[str, ...]]:
+    """function -> its MAIN value probes (``MAIN`` of grader/checks/<stem>.py): the value cases that say what
+    the function computes on ordinary inputs. A function the table gives no main cases falls back to every
+    value case of its own (tests/test_judge_gates.py requires the declaration wherever a gate is needed)."""
+    module = importlib.import_module(f"grader.checks.{stem}")
+    declared = getattr(module, "MAIN", {}) or {}
+    fn = function_of(stem)
+    out: dict[str, list[str]] = {}
+    for c in load_cases(stem):
+        if case_kind(c) == "value" and c.probe not in out.setdefault(fn[c.probe], []):
+            out[fn[c.probe]].append(c.probe)
+    for f in set(fn.values()):
+        out.setdefault(f, [])
+    return {f: tuple(declared.get(f, probes)) for f, probes in out.items()}
+
+
 def value_gates(stem: str) -> list[tuple[str, ...]]:
     """For each case of ``load_cases(stem)``, in order, the probes whose VALUE cases must all pass for it
-    to score: for a case that is not a value case, every value probe of its function, plus what its
-    ``requires`` names. Derived from the case table. Several cases may share one probe (one call,
-    several things checked of it): a probe counts as passed when every value case reading it passed."""
+    to score: for a case that is not a value case, the MAIN value probes of its function (:func:`main_cases`),
+    plus what its ``requires`` names; for a value case, its ``requires`` only. Edge-case values (stability,
+    degenerate inputs) gate nothing: a failed value costs its own share. Derived from the case table. Several
+    cases may share one probe (one call, several things checked of it): a probe counts as passed when every
+    value case reading it passed."""
     cases = load_cases(stem)
     fn = function_of(stem)
-    values: dict[str, list[str]] = {}
-    for c in cases:
-        if case_kind(c) == "value" and c.probe not in values.setdefault(fn[c.probe], []):
-            values[fn[c.probe]].append(c.probe)
+    main = main_cases(stem)
     gates = []
     for c in cases:
         needs = list(c.requires)
         if case_kind(c) != "value":
-            needs += [v for v in values.get(fn[c.probe], []) if v not in needs]
+            needs += [v for v in main.get(fn[c.probe], ()) if v not in needs]
         gates.append(tuple(needs))
     return gates
 
@@ -425,7 +440,9 @@ def judge(stem: str, student: dict[str, dict], reference: dict[str, dict], point
         judged.append((index, verdict.cases[-1]))
     # A property, a rule or given code earns points only next to a function that computes: a stub that
     # raises ValueError for everything, or returns noise of the right shape, collects nothing.
-    # probe -> did every value case reading it pass (every case, for a probe no value case reads)
+    # probe -> did every value case reading it pass (every case, for a probe no value case reads). A gate probe
+    # of a test cell not judged here (not in ``points``) counts as failed: Task A's augment_batch is gated on the
+    # crop and colour functions' main cases, so a sweep of its cell judges their cells too.
     value_probes = {r.name for i, r in judged if case_kind(all_cases[i]) == "value"}
     status: dict[str, bool] = {}
     for index, result in judged:

@@ -169,10 +169,11 @@ def _case_child(probe, names: dict, not_run: list, seed: int, write_fd: int) -> 
 
 
 def _loader(cells: list[dict], names: dict, cases: list, seeds: dict, timeouts: dict, groups: dict, skip: dict,
-            load_seconds: float, statement_seconds: float, isolate: str, send_fd: int) -> None:
+            load_seconds: float, statement_seconds: float, isolate: str, send_fd: int, given: dict) -> None:
     """The loader process: runs every top-level statement of the student's cells once (skipping those
-    that hung or killed an earlier loader), then probes the cases, each in a process forked from the
-    loaded state (``isolate == "case"``) or all here (``"variant"``: our own notebooks, in sweeps)."""
+    that hung or killed an earlier loader), puts back the course's ``given`` functions and classes a
+    student's cell redefined (each such statement is named), then probes the cases, each in a process forked
+    from the loaded state (``isolate == "case"``) or all here (``"variant"``: our own notebooks, in sweeps)."""
     try:
         close_inherited()
         os.setpgid(0, 0)
@@ -212,6 +213,11 @@ def _loader(cells: list[dict], names: dict, cases: list, seeds: dict, timeouts: 
             why = run_statement(stmt, names, limit)
             if why:
                 not_run.append(not_run_entry(stmt, why, "timeout" if "time limit" in why else "error"))
+            for name in set(stmt.binds) & set(given):
+                not_run.append(not_run_entry(stmt, f"redefines `{name}`, which the course gives: the grader used "
+                                             f"the course's `{name}`", "given"))
+        for name, value in given.items():   # the course's given code, whatever a cell above or below it did
+            names[name] = value
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
         send_record(send_fd, {"k": "loaded", "not_run": not_run[:200], "seconds": round(time.monotonic() - started, 3)})
         slow_groups = set()
@@ -251,7 +257,7 @@ def _loader(cells: list[dict], names: dict, cases: list, seeds: dict, timeouts: 
 
 def run_variant(cells: list[dict], names: dict, cases: list, seeds: dict, *, case_timeout: float | None,
                 groups: dict, budget: float, load_seconds: float, statement_seconds: float,
-                isolate: str) -> tuple[dict, dict]:
+                isolate: str, given: dict | None = None) -> tuple[dict, dict]:
     """Load one notebook's student cells and probe ``cases`` (see :func:`_loader`), in loader processes
     this (trusted) process supervises: a statement or case that hangs or ends its process costs that
     statement or case, and a fresh loader goes on without it. Returns ({case: record}, info)."""
@@ -271,7 +277,7 @@ def run_variant(cells: list[dict], names: dict, cases: list, seeds: dict, *, cas
         if pid == 0:
             os.close(read_fd)
             _loader(cells, names, pending, seeds, timeouts, groups, dict(skip), load_left, statement_seconds,
-                    isolate, write_fd)
+                    isolate, write_fd, given or {})
         os.close(write_fd)
         lines = RecordReader(read_fd, limit)
         phase, current, since = "load", None, time.monotonic()
@@ -380,6 +386,26 @@ def fresh_names() -> dict:
     return {"__name__": "__main__", "__builtins__": __builtins__}
 
 
+def given_definitions(cells: list[dict]) -> set[str]:
+    """The functions and classes the course's given cells define (top-level ``def`` and ``class``): what a
+    student's cell may not replace for the judge."""
+    import ast
+
+    from utils.answer_loader import strip_magics
+
+    found = set()
+    for cell in cells:
+        if cell.get("role") != "given":
+            continue
+        try:
+            tree = ast.parse(strip_magics(cell["source"])[0])
+        except SyntaxError:
+            continue
+        found |= {node.name for node in tree.body
+                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return found
+
+
 def judge_variants(plan: dict, names: dict, setup_notes: list, emit) -> None:
     """Every (run, variant) of ``plan`` on the trusted namespace ``names`` (the release's parameters,
     setup and given definitions already run into it): a header and one record per case each."""
@@ -406,10 +432,11 @@ def judge_variants(plan: dict, names: dict, setup_notes: list, emit) -> None:
             unknown = [c for c in wanted if c not in registry or c not in seeds]
             cases = [registry[c] for c in wanted if c in registry and c in seeds]
             student = [c for c in cells if c["role"] == "answer"]
+            given = {name: names[name] for name in given_definitions(cells) if name in names}
             results, info = run_variant(
                 student, names, cases, seeds, case_timeout=cap, groups=groups,
                 budget=float(plan.get("budget") or 1800.0), load_seconds=float(plan.get("load_seconds") or 60.0),
-                statement_seconds=float(plan.get("statement_seconds") or 30.0), isolate=isolate)
+                statement_seconds=float(plan.get("statement_seconds") or 30.0), isolate=isolate, given=given)
             from utils.answer_loader import describe
 
             not_run = info["not_run"]

@@ -21,12 +21,22 @@ type, attachments. Three passes, all stdlib (``html.parser``):
   in attributes and in markdown links, and copies everything else byte for byte. It is the first line
   only: what it misses (markdown and html.parser do not always agree on what is a tag), the page
   pass removes.
+
+No input holds the grader up: html.parser rescans the rest of the text from every ``<`` that starts a
+construct it cannot finish (``"<a b" * 20000``: one rescan per ``<``, 80 kB took seconds, 1 MB would take
+hours). Such a ``<`` after the text's last ``>`` can only ever be text, so that tail is handed over as
+text without being parsed (:meth:`_Tolerant.feed_all`), which keeps every cleaner linear in its input on
+the inputs we know of; and every cleaning call has a time budget (:data:`CLEAN_SECONDS`), past which
+the input is shown as escaped text (a page: as escaped source under a note). A markdown answer or an HTML
+fragment over :data:`CELL_CAP` characters is cut there, with a visible note, before it is cleaned
+(nbconvert's markdown renderer comes after us, with no limit of its own).
 """
 
 from __future__ import annotations
 
 import html
 import re
+import time
 from html.parser import HTMLParser
 
 __all__ = ["clean_fragment", "clean_markdown", "clean_page", "looks_active", "safe_markdown", "unsafe_url"]
@@ -66,6 +76,26 @@ UNSAFE_STYLE = re.compile(r"url\s*\(|expression|javascript|vbscript|@import|beha
                           r"|position\s*:\s*(?:fixed|absolute|sticky)|z-index|inset\s*:", re.I)
 URL_CONTROLS = re.compile(r"[\x00-\x20\x7f]+")
 SCHEME = re.compile(r"([a-z][a-z0-9+.\-]*):")
+#: Seconds one cleaning call may take before its input is shown as escaped text instead.
+CLEAN_SECONDS = 10.0
+#: Characters of a markdown answer or an HTML fragment that a feedback page shows; the rest is cut.
+CELL_CAP = 200_000
+
+
+class _TooSlow(Exception):
+    """A cleaning call ran past its time budget."""
+
+
+def _deadline() -> float:
+    return time.perf_counter() + CLEAN_SECONDS
+
+
+def _cut(text: str, what: str) -> str:
+    """``text`` cut at :data:`CELL_CAP` characters, with a note saying so (already cut: unchanged)."""
+    if len(text) <= CELL_CAP:
+        return text
+    note = f"\n\n[{what} cut at {CELL_CAP // 1000} kB for the feedback page]\n"
+    return text if text[CELL_CAP:] == note else text[:CELL_CAP] + note
 
 
 def unsafe_url(value: str, *, image: bool = False) -> bool:
@@ -97,9 +127,19 @@ def _safe_attrs(tag: str, attrs: list[tuple[str, str | None]]) -> list[tuple[str
     return out
 
 
+COMMENT_CLOSE = re.compile(r"--\s*>")             # as _markupbase reads them
+SECTION_CLOSE = re.compile(r"]\s*]\s*>")
+MS_SECTION_CLOSE = re.compile(r"]\s*>")
+DECL_NAME = re.compile(r"[a-zA-Z][-_.a-zA-Z0-9]*")
+
+
 class _Tolerant(HTMLParser):
     """html.parser raises AssertionError on some malformed declarations (``<![x``, ``<![=``): a
-    student must not be able to stop their own page with one. Such a ``<!`` is plain text."""
+    student must not be able to stop their own page with one. Such a ``<!`` is plain text.
+
+    ``deadline`` (a :func:`time.perf_counter` value): past it, the next token raises :class:`_TooSlow`."""
+
+    deadline = float("inf")
 
     def parse_html_declaration(self, i):
         try:
@@ -107,6 +147,54 @@ class _Tolerant(HTMLParser):
         except AssertionError:
             self.handle_data("<!")
             return i + 2
+
+    # A comment or a marked section ends with its own closing (``-->``, ``]]>``, ``]>``), searched for from
+    # where it starts to the end of the text: from every ``<!--`` after the last ``-->`` (``"<!--x>" * N``),
+    # a rescan of the rest that fails. Where none follows, it fails at once, as it would have.
+    def parse_comment(self, i, report=1):
+        if self._last_match(COMMENT_CLOSE) < i + 4:
+            return -1
+        return super().parse_comment(i, report)
+
+    def parse_marked_section(self, i, report=1):
+        name = DECL_NAME.match(self.rawdata, i + 3)
+        name = name.group().lower() if name else ""
+        if name in ("temp", "cdata", "ignore", "include", "rcdata") and self._last_match(SECTION_CLOSE) < i + 3:
+            return -1
+        if name in ("if", "else", "endif") and self._last_match(MS_SECTION_CLOSE) < i + 3:
+            return -1
+        return super().parse_marked_section(i, report)
+
+    def _last_match(self, pattern: re.Pattern) -> int:
+        """Where the last match of ``pattern`` in the text being parsed starts (-1: none), found once per text."""
+        cache = self.__dict__.setdefault("_last_matches", {})
+        key = (pattern.pattern, len(self.rawdata))
+        if key not in cache:
+            last = -1
+            for m in pattern.finditer(self.rawdata):
+                last = m.start()
+            while last >= 0 and (m := pattern.search(self.rawdata, last + 1)):   # one overlapping the last
+                last = m.start()
+            cache[key] = last
+        return cache[key]
+
+    def updatepos(self, i, j):   # html.parser's step after every token
+        if time.perf_counter() > self.deadline:
+            raise _TooSlow
+        return super().updatepos(i, j)
+
+    def feed_all(self, text: str) -> None:
+        """``feed`` and ``close`` on ``text``, in time linear in its length. Every construct html.parser
+        knows (tag, end tag, comment, declaration, processing instruction) ends with a ``>``: after the
+        text's last ``>`` it finds none, only text, but it rescans the rest of the text from each ``<``
+        there before saying so. That tail is handed over as text, as the parser would have (unless an
+        unclosed ``<script>`` or ``<style>`` swallows it, which it then does here too)."""
+        gt = text.rfind(">") + 1
+        self.feed(text[:gt])
+        self.close()
+        tail = text[gt:]
+        if tail and self.cdata_elem is None:
+            self.handle_data(html.unescape(tail) if self.convert_charrefs else tail)
 
 
 def _start(tag: str, attrs: list[tuple[str, str]]) -> str:
@@ -211,20 +299,34 @@ class _AllowList(_Tolerant):
 
 def _allow_list(text: str, page: bool) -> str:
     parser = _AllowList(page)
-    parser.feed(text)
-    parser.close()
+    parser.deadline = _deadline()
+    parser.feed_all(text)
     return "".join(parser.out)
 
 
 def clean_fragment(text: str) -> str:
-    """An HTML fragment (a ``text/html`` output, a raw cell) with only allowed tags and attributes."""
-    return _allow_list(text, page=False)
+    """An HTML fragment (a ``text/html`` output, a raw cell) with only allowed tags and attributes, cut
+    at :data:`CELL_CAP` characters; all of it escaped text if cleaning runs past :data:`CLEAN_SECONDS`."""
+    text = _cut(text, "HTML")
+    try:
+        return _allow_list(text, page=False)
+    except (_TooSlow, RecursionError):
+        return html.escape(text)
+
+
+#: What a page that could not be cleaned in time becomes: its source, escaped, under a note.
+SLOW_PAGE = ('<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n<title>Feedback</title>\n</head>\n<body>\n'
+             "<p><b>This page took too long to make safe to show, so its HTML source is shown as text.</b></p>\n"
+             "<pre>{}</pre>\n</body>\n</html>\n")
 
 
 def clean_page(text: str) -> str:
     """A whole page rendered by nbconvert: the template's head as it was (CSS, MathJax), the body
-    through the allow-list."""
-    return _allow_list(text, page=True)
+    through the allow-list; past :data:`CLEAN_SECONDS`, the page's source as escaped text (:data:`SLOW_PAGE`)."""
+    try:
+        return _allow_list(text, page=True)
+    except (_TooSlow, RecursionError):
+        return SLOW_PAGE.format(html.escape(text))
 
 
 # ----------------------------------------------------------------------------- markdown and SVG
@@ -255,6 +357,9 @@ def _markdown_url_unsafe(url: str) -> bool:
     ``attachment:name`` is the cell's own attachment, which nbconvert turns into an image data URL."""
     url = MD_ESCAPE.sub(r"\1", html.unescape(url))
     return not url.startswith("attachment:") and unsafe_url(url, image=True)
+
+
+RAW_CLOSE = {tag: re.compile(rf"</\s*{tag}\s*>", re.I) for tag in RAW_TEXT}
 
 
 class _Surgeon(_Tolerant):
@@ -301,7 +406,7 @@ class _Surgeon(_Tolerant):
             return
         if tag in ACTIVE_TAGS:
             if tag in RAW_TEXT and not raw.rstrip().endswith("/>"):
-                if re.compile(rf"</\s*{tag}\s*>", re.I).search(self.rawdata, self.start_at + len(raw)):
+                if self._last_close(tag) >= self.start_at + len(raw):
                     self.drop_raw = True
                 else:
                     self.no_cdata = True
@@ -324,6 +429,11 @@ class _Surgeon(_Tolerant):
                 kept.append(" " + m.group(0).strip())
         kept.append(" />" if raw.rstrip().endswith("/>") else ">")
         self.out.append("".join(kept))
+
+    def _last_close(self, tag: str) -> int:
+        """Where the last ``</tag>`` of the text being parsed starts (-1: none). Found once per text, not
+        searched for from every ``<script>`` (``"<script>" * 10000`` would rescan the text each time)."""
+        return self._last_match(RAW_CLOSE[tag])
 
     @staticmethod
     def _bad_attr(tag: str, name: str, value: str) -> bool:
@@ -399,9 +509,9 @@ class _TooNested(Exception):
     pass
 
 
-def _surgery(text: str) -> str:
+def _surgery(text: str, deadline: float = float("inf")) -> str:
     """:class:`_Surgeon` on ``text``, the rest of every odd tag name cleaned on its own, iteratively:
-    a work list, never recursion, so no markdown can exhaust the stack."""
+    a work list, never recursion, so no markdown can exhaust the stack. Past ``deadline``: :class:`_TooSlow`."""
     root: list = []
     work = [(text, root)]
     rounds, budget = 0, 8 * len(text) + 200_000   # characters parsed, in all rounds
@@ -412,8 +522,8 @@ def _surgery(text: str) -> str:
         if rounds > MAX_NESTED or budget < 0:
             raise _TooNested
         parser = _Surgeon(work)
-        parser.feed(piece)
-        parser.close()
+        parser.deadline = deadline
+        parser.feed_all(piece)
         slot.extend(parser.out)
     out, stack = [], [iter(root)]
     while stack:   # flatten the nested slots, in order
@@ -432,16 +542,16 @@ def clean_markdown(text: str) -> str:
     iframe, object, embed, base, meta, form or SVG animation element, no ``on*`` handler, ``srcdoc`` or
     ``formaction``, no dangerous URL in an attribute, a markdown link, a reference or an autolink.
     Repeated until nothing changes, so removing one piece cannot assemble another
-    (``<scr<script></script>ipt>``)."""
+    (``<scr<script></script>ipt>``). Past :data:`CLEAN_SECONDS`, the text is shown escaped."""
     try:
-        return _clean_markdown(text)
-    except _TooNested:
+        return _clean_markdown(text, _deadline())
+    except (_TooNested, _TooSlow):
         return html.escape(text)
     except RecursionError:   # a parser of the standard library on some input we have not met: text it is
         return html.escape(text)
 
 
-def _clean_markdown(text: str) -> str:
+def _clean_markdown(text: str, deadline: float) -> str:
     for _ in range(10):
         before = text
         text = MD_AUTOLINK.sub(lambda m: html.escape(m.group(1)) if unsafe_url(html.unescape(m.group(1)))
@@ -449,7 +559,7 @@ def _clean_markdown(text: str) -> str:
         text = MD_LINK.sub(lambda m: m.group(1) + ("#" if _markdown_url_unsafe(m.group(2)) else m.group(2)), text)
         text = MD_REFERENCE.sub(lambda m: m.group(1) + ("#" if _markdown_url_unsafe(m.group(2)) else m.group(2)),
                                 text)
-        text = _surgery(text)
+        text = _surgery(text, deadline)
         if text == before:
             return text
     return html.escape(text)   # still changing after ten rounds: show it as text
@@ -488,7 +598,9 @@ def safe_markdown(text: str, attachments: dict | None = None) -> str:
     """:func:`clean_markdown`, checked against nbconvert's own markdown renderer: markdown and
     html.parser do not always agree on where a tag starts (``<img src=x y<script>``), so when the
     rendered cell still :func:`looks_active`, every ``<`` of the cell is escaped (its HTML is shown as
-    text); should even that render as active (a link), the cell becomes an indented code block."""
+    text); should even that render as active (a link), the cell becomes an indented code block. An
+    answer over :data:`CELL_CAP` characters is cut there first, with a note (:func:`_cut`)."""
+    text = _cut(text, "answer")
     cleaned = clean_markdown(text)
     rendered = _render_markdown(cleaned, attachments)
     if rendered is None or not looks_active(rendered):

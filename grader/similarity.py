@@ -13,6 +13,11 @@ Writes ``grading/similarity/report.html`` (pairs ranked, the top ones side by si
 passages highlighted; static HTML: no script, a Content-Security-Policy that forbids any) and
 ``pairs.csv`` (every pair with a nonzero score). Points never change. Scores: the share of both students'
 answer text (after filtering) that the pair's common fingerprints cover, over all notebooks.
+
+No student stops the report: each student's notebook is read and fingerprinted inside a guard (a file
+that is not JSON, nested past Python's recursion limit, a cell that is not a dict, anything else that
+fails), and one that cannot be is listed in the HTML and the CSV as "not compared: <why>" while everyone
+else is compared. Text is written printable (a lone surrogate in a student's code is shown as ``\\udXXX``).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .course import Course, shown, sync_assignment, write_csv
+from .course import Course, printable, shown, sync_assignment, write_csv
 from utils.notebook_cells import cell_role, cell_source, grade_id
 
 #: copydetect's defaults: noise threshold k = 25 characters of filtered code, guarantee threshold 30
@@ -73,6 +78,7 @@ class Report:
     seconds: float
     html: Path
     csv: Path
+    not_compared: dict = field(default_factory=dict)   # (student, notebook) -> why
 
 
 # ----------------------------------------------------------------------------- documents
@@ -103,18 +109,39 @@ def _fingerprint(raw: str, kind: str, boilerplate: set):
 
 def _cells(nb: dict) -> tuple[list[tuple[str, str, str]], set[str]]:
     """[(grade_id, role, source)] of a notebook's cells, and the sources of its code cells."""
-    cells = [(grade_id(c) or "", cell_role(c), cell_source(c)) for c in nb.get("cells", [])]
+    cells = [(grade_id(c) or "", cell_role(c), printable(cell_source(c))) for c in nb.get("cells", [])
+             if isinstance(c, dict)]   # a cell that is not a dict (``42``) is no answer
     unmarked = ("".join(ln for ln in src.splitlines(keepends=True) if "### BEGIN SOLUTION" not in ln
                         and "### END SOLUTION" not in ln) for _, _, src in cells)   # the solution as handed in
     return cells, {src.strip() for gid, role, src in cells if src.strip()} | {u.strip() for u in unmarked if u.strip()}
 
 
 def _read(path: Path) -> dict:
+    """A notebook of the course (release, solution): empty if it cannot be read."""
     try:
-        nb = json.loads(path.read_text(encoding="utf-8"))
-        return nb if isinstance(nb, dict) and isinstance(nb.get("cells"), list) else {"cells": []}
-    except (OSError, ValueError):
+        return _read_student(path)
+    except (OSError, ValueError, RecursionError):
         return {"cells": []}
+
+
+def _read_student(path: Path) -> dict:
+    """A student's notebook; raises (OSError, ValueError, RecursionError) when it cannot be read. A missing
+    notebook, or JSON that is no notebook, has no cells."""
+    if not path.exists():
+        return {"cells": []}
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return nb if isinstance(nb, dict) and isinstance(nb.get("cells"), list) else {"cells": []}
+
+
+def _why(exc: BaseException) -> str:
+    """One printable line saying why a notebook was not compared."""
+    if isinstance(exc, RecursionError):
+        return "its JSON is nested too deeply to read"
+    if isinstance(exc, UnicodeDecodeError):
+        return "it is not UTF-8 text"
+    if isinstance(exc, ValueError):
+        return f"it is not valid JSON ({shown(str(exc))[:200]})"
+    return shown(f"{type(exc).__name__}: {exc}")[:300]
 
 
 def _boilerplate(release: dict, solution: dict) -> tuple[set, dict[str, str]]:
@@ -137,7 +164,7 @@ def _boilerplate(release: dict, solution: dict) -> tuple[set, dict[str, str]]:
 
 def _documents(course: Course, student: str, notebook: str, roles: dict, release_sources: set,
                boilerplate: set) -> list[Document]:
-    nb = _read(course.folder("submitted", student) / f"{notebook}.ipynb")
+    nb = _read_student(course.folder("submitted", student) / f"{notebook}.ipynb")
     code, text = [], []
     for gid, role, src in _cells(nb)[0]:
         if not src.strip() or src.strip() in release_sources:
@@ -172,13 +199,20 @@ def similarity(course: Course, out: Path | None = None, threshold: float = 0.5, 
     progress(f"similarity: fingerprinting {len(students)} students x {len(notebooks)} notebooks")
     docs: dict[tuple[str, str], list[Document]] = defaultdict(list)   # (notebook, kind) -> documents
     totals: dict[str, int] = defaultdict(int)                         # student -> filtered characters
+    not_compared: dict[tuple[str, str], str] = {}                     # (student, notebook) -> why
     for nb in notebooks:
         release = _read(course.release / f"{nb}.ipynb")
         solution = _read(course.source / f"{nb}.ipynb")
         boilerplate, roles = _boilerplate(release, solution)
         release_sources = _cells(release)[1] | _cells(solution)[1]
         for s in students:
-            for d in _documents(course, s, nb, roles, release_sources, boilerplate):
+            try:   # one student's notebook never stops the class: it is reported, everyone else compared
+                found = _documents(course, s, nb, roles, release_sources, boilerplate)
+            except Exception as exc:  # noqa: BLE001 - anything a submission can make a reader or copydetect raise
+                not_compared[(s, nb)] = _why(exc)
+                progress(f"similarity: {shown(s)} {nb}: not compared: {not_compared[(s, nb)]}")
+                continue
+            for d in found:
                 docs[(nb, d.kind)].append(d)
                 totals[s] += d.fingerprint.token_coverage
     pairs: dict[tuple[str, str], Pair] = {}
@@ -216,12 +250,16 @@ def similarity(course: Course, out: Path | None = None, threshold: float = 0.5, 
     out.mkdir(parents=True, exist_ok=True)
     csv_path = write_csv(out / "pairs.csv", ["rank", "student_a", "student_b", "similarity", "where"],
                          [{"rank": k, "student_a": p.a, "student_b": p.b, "similarity": round(p.score, 4),
-                           "where": p.notebook_summary()} for k, p in enumerate(ranked, 1)])
+                           "where": p.notebook_summary()} for k, p in enumerate(ranked, 1)]
+                         + [{"rank": "", "student_a": s, "student_b": "", "similarity": "",
+                             "where": f"{nb}: not compared: {why}"} for (s, nb), why in sorted(not_compared.items())])
     flagged = sum(p.score >= threshold for p in ranked)
     html_path = out / "report.html"
-    html_path.write_text(_html(ranked, len(students), threshold, top), encoding="utf-8")
+    html_path.write_text(_html(ranked, len(students), threshold, top, not_compared), encoding="utf-8",
+                         errors="backslashreplace")
     n = len(students)
-    return Report(ranked, n, n * (n - 1) // 2, flagged, time.monotonic() - started, html_path, csv_path)
+    return Report(ranked, n, n * (n - 1) // 2, flagged, time.monotonic() - started, html_path, csv_path,
+                  not_compared)
 
 
 # ----------------------------------------------------------------------------- the report
@@ -233,10 +271,10 @@ def _marked(raw: str, slices) -> str:
         start, end = max(start, pos), min(end, len(raw))
         if start >= end:
             continue
-        out.append(html.escape(raw[pos:start]))
-        out.append("<mark>" + html.escape(raw[start:end]) + "</mark>")
+        out.append(html.escape(printable(raw[pos:start])))
+        out.append("<mark>" + html.escape(printable(raw[start:end])) + "</mark>")
         pos = end
-    out.append(html.escape(raw[pos:]))
+    out.append(html.escape(printable(raw[pos:])))
     return "".join(out)
 
 
@@ -249,8 +287,13 @@ mark{background:#ffd54f}.high{color:#b00020;font-weight:bold}
 """
 
 
-def _html(ranked: list[Pair], students: int, threshold: float, top: int) -> str:
-    e = html.escape
+def _html(ranked: list[Pair], students: int, threshold: float, top: int, not_compared: dict | None = None) -> str:
+    def e(text) -> str:
+        return html.escape(printable(text))
+
+    skipped = "".join(f"<li>{e(shown(s))} ({e(nb)}): not compared: {e(why)}</li>"
+                      for (s, nb), why in sorted((not_compared or {}).items()))
+    skipped = f"<h2>Not compared</h2><ul>{skipped}</ul>" if skipped else ""
     rows = "".join(
         f"<tr><td>{k}</td><td><a href='#pair{k}'>{e(shown(p.a))} / {e(shown(p.b))}</a></td>"
         f"<td class='{'high' if p.score >= threshold else ''}'>{100 * p.score:.0f} %</td><td>{e(p.notebook_summary())}</td></tr>"
@@ -270,5 +313,5 @@ def _html(ranked: list[Pair], students: int, threshold: float, top: int) -> str:
             f"<h1>Similarity of answers</h1><p>{students} students; {len(ranked)} pairs share answer text beyond the "
             "course's own (release and solution removed). Highlighted: matching passages (names normalised in "
             "code, so renamed variables still match). A lead for a TA to read, not a verdict; no points change.</p>"
-            f"<table><tr><th>#</th><th>pair</th><th>similarity</th><th>where</th></tr>{rows}</table>"
+            f"{skipped}<table><tr><th>#</th><th>pair</th><th>similarity</th><th>where</th></tr>{rows}</table>"
             f"{''.join(sections)}</body></html>")

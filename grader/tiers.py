@@ -104,6 +104,23 @@ def core_points_by_kind(nb, stem: str) -> dict[str, float]:
     return out
 
 
+def gate_lines(stem: str) -> list[str]:
+    """One line per graded function of ``stem`` that has cases other than value cases: its main value cases
+    (``MAIN`` of grader/checks/<stem>.py) and every case they gate, with its kind (grader/judge.py value_gates)."""
+    from grader.judge import case_kind, function_of, load_cases, main_cases, value_gates
+
+    fn = function_of(stem)
+    main = main_cases(stem)
+    gated: dict[str, list[str]] = {}
+    for case, gate in zip(load_cases(stem), value_gates(stem)):
+        if case_kind(case) != "value":
+            extra = [g for g in gate if g not in main.get(fn[case.probe], ())]
+            gated.setdefault(fn[case.probe], []).append(
+                f"{case.probe} ({case_kind(case)}{', also ' + ', '.join(extra) if extra else ''})")
+    return [f"{f}: main {', '.join(main.get(f, ())) or 'NONE'} -> gates {'; '.join(cases)}"
+            for f, cases in gated.items()]
+
+
 def rubric_problems(nb) -> list[str]:
     """What is wrong with the rubrics of ``nb``: a written answer without a rubric cell right after it,
     a rubric naming another cell, points that do not add up, a rubric with no written answer above."""
@@ -177,6 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     autograded = sum(kinds.values()) or 1.0
     print("core autograded points by case kind: " + ", ".join(f"{k} {v:.2f} ({v / autograded:.0%})"
                                                            for k, v in kinds.items()))
+    print("gates (a case that is not a value case scores only when the main value cases of its function pass):")
+    for path in sorted(folder.glob("*.ipynb")):
+        try:
+            lines = gate_lines(path.stem)
+        except ModuleNotFoundError:
+            continue   # a notebook without a case table
+        for line in lines:
+            print(f"  {path.stem}: {line}")
     print(f"limits: core lines <= {MAX_CORE_LINES}, core written answers <= {MAX_CORE_WRITTEN}, "
           f"rule cases <= {MAX_CORE_RULE_SHARE:.0%} of core autograded points, given-code cases 0")
     bad |= total["core_lines"] > MAX_CORE_LINES or total["core_written"] > MAX_CORE_WRITTEN

@@ -443,3 +443,160 @@ def test_the_leak_check_covers_pages_of_failed_runs(pages, monkeypatch):
 def _add_line(nb: dict, line: str) -> dict:
     nb["cells"].append({"cell_type": "markdown", "metadata": {}, "source": line})
     return nb
+
+# ----------------------------------------------------------------------------- no answer holds the class up
+#: Markup html.parser cannot finish, each of which used to make it rescan the rest of the text from every
+#: ``<`` (issue "Fair to the last point", item 6: 80 kB of ``<a b`` took 54 s of grader time), with and
+#: without a ``>`` at the very end (which makes everything before it parseable again).
+STALLERS = ["<a b", "<a b>", "<!--x>", "<![cdata[x>", "<![if x>", "<script>", "<a b='>", "</b<b>", "<a<a"]
+#: An honest answer's mix of text, maths, tags, links and entities, to compare with.
+BENIGN = "For $K<N$ the <b>loss</b> is *low*; see [docs](https://x.org), `List<int>`, <i>a</i> &lt; b.\n\n"
+
+
+def _sized(piece: str, size: int) -> str:
+    return (piece * (size // len(piece) + 1))[:size]
+
+
+def _seconds(clean, text: str) -> float:
+    """The best of two timings (the machine is shared)."""
+    import time
+
+    best = float("inf")
+    for _ in range(2):
+        started = time.perf_counter()
+        clean(text)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+@pytest.mark.parametrize("piece", STALLERS)
+@pytest.mark.parametrize("end", ["", ">"])
+def test_unfinished_markup_costs_what_an_honest_answer_of_its_size_does(piece, end):
+    """80 kB of each staller (and 1 MB of ``<a b`` and ``<a b>``) through every cleaner: under 20 times
+    the time of an honest answer of the same size, measured here, side by side (no absolute times)."""
+    from grader.safehtml import clean_fragment, clean_markdown, clean_page, safe_markdown
+
+    sizes = [80_000, 1_000_000] if piece in ("<a b", "<a b>") else [80_000]
+    for size in sizes:
+        hostile, benign = _sized(piece, size - len(end)) + end, _sized(BENIGN, size)
+        for clean in (clean_fragment, clean_markdown, clean_page) + ((safe_markdown,) if size < 100_000 else ()):
+            slow, fast = _seconds(clean, hostile), _seconds(clean, benign)
+            assert slow < 20 * max(fast, 0.005), (clean.__name__, size, round(slow, 3), round(fast, 4))
+
+
+STALLING_AND_ACTIVE = [
+    "<a b" * 20_000 + "<img src=x onerror=alert(1)",
+    "<a b" * 20_000 + "<script>alert(1)</script>",
+    "<a b" * 20_000 + '><a href="javascript:alert(1)">x</a>',
+    "<!--x>" * 10_000 + "<script>alert(1)</script><!--",
+    "<script>" * 5_000 + "<img src=x onerror=alert(1)>",
+    "<![cdata[x>" * 5_000 + "<svg onload=alert(1)>",
+    "<a b='>" * 10_000 + "<iframe src=https://example.org/></iframe>",
+]
+
+
+@pytest.mark.parametrize("text", STALLING_AND_ACTIVE, ids=range(len(STALLING_AND_ACTIVE)))
+def test_the_fast_path_keeps_every_guarantee(text):
+    from grader.safehtml import clean_fragment, clean_page, safe_markdown
+
+    assert active_content(clean_fragment(text)) == []
+    assert active_content(clean_page("<html><head></head><body>" + text + "</body></html>")) == []
+    assert active_content(_render_markdown(safe_markdown("My answer: " + text + " (end)"))) == []
+
+
+def test_past_its_time_budget_a_cleaner_shows_the_input_as_text(monkeypatch):
+    import grader.safehtml as safehtml
+
+    monkeypatch.setattr(safehtml, "CLEAN_SECONDS", -1.0)   # every budget already spent
+    text = "<b>kept as text</b><script>alert(1)</script><img src=x onerror=alert(1)>"
+    assert safehtml.clean_fragment(text) == html.escape(text)
+    assert safehtml.clean_markdown(text) == html.escape(text)
+    assert active_content(_render_markdown(safehtml.safe_markdown(text))) == []
+    page = safehtml.clean_page("<!DOCTYPE html><html><head></head><body>" + text + "</body></html>")
+    assert "took too long" in page and html.escape(text) in page and active_content(page) == []
+
+
+def test_an_answer_over_the_cap_is_cut_with_a_note():
+    from grader.safehtml import CELL_CAP, clean_fragment, safe_markdown
+
+    answer = "honest words, " * 100_000                     # 1.4 MB
+    out = safe_markdown(answer)
+    assert out.startswith(answer[:CELL_CAP]) and out.rstrip().endswith(
+        f"[answer cut at {CELL_CAP // 1000} kB for the feedback page]")
+    assert safe_markdown(out) == out                        # cut once
+    assert safe_markdown(answer[:CELL_CAP]) == answer[:CELL_CAP]   # at the cap: whole
+    assert f"[HTML cut at {CELL_CAP // 1000} kB for the feedback page]" in clean_fragment("<p>" + answer)
+
+
+def _with_answer(nb: dict, text: str) -> dict:
+    nb = copy.deepcopy(nb)
+    next(c for c in nb["cells"] if _gid(c) == "answer_a")["source"] = text
+    return nb
+
+
+def test_a_notebook_with_a_staller_costs_the_grader_what_an_honest_one_does():
+    """What autograde (strip_active_outputs, for formgrader's copy) and feedback (strip_active) do to every
+    notebook, on the issue's 80 kB ``<a b`` answer and on an honest answer of the same size."""
+    from grader.feedback import strip_active, strip_active_outputs
+
+    solution = json.loads((SOLUTIONS / f"{STEM}.ipynb").read_text())
+    hostile, benign = _with_answer(solution, "<a b" * 20_000), _with_answer(solution, _sized(BENIGN, 80_000))
+    for strip in (strip_active, strip_active_outputs):
+        slow = _seconds(lambda nb: strip(copy.deepcopy(nb)), hostile)
+        fast = _seconds(lambda nb: strip(copy.deepcopy(nb)), benign)
+        assert slow < 20 * max(fast, 0.005), (strip.__name__, round(slow, 3), round(fast, 4))
+
+
+@pytest.fixture(scope="module")
+def stalled_class(tmp_path_factory):
+    """One feedback run for alice and bob (the model answer) and 'staller' (80 kB of ``<a b`` as a written
+    answer, 1 MB of ``<a b>`` in a markdown cell of its own), then one for alice alone, each timed."""
+    import time
+
+    from nbgrader.api import Gradebook
+
+    from grader import ASSIGNMENT
+    from fixtures import scratch_course
+    from grader.course import COURSE_ID
+    from grader.feedback import feedback
+    from grader.mutants import student_copy
+
+    course, release, solution = scratch_course(tmp_path_factory.mktemp("feedback-staller"), SOLUTIONS / f"{STEM}.ipynb")
+    honest = student_copy(release, solution)
+    staller = _with_answer(honest, "My answer: " + "<a b" * 20_000)
+    staller["cells"].append({"cell_type": "markdown", "metadata": {}, "source": "<a b>" * 200_000})
+    with warnings.catch_warnings(), Gradebook(course.db_url, COURSE_ID) as gb:
+        warnings.simplefilter("ignore")
+        for student in ("alice", "bob", "staller"):
+            gb.update_or_create_student(student)
+            gb.add_submission(ASSIGNMENT, student)
+    for student, nb in (("alice", honest), ("bob", honest), ("staller", staller)):
+        for kind in ("submitted", "autograded"):
+            course.folder(kind, student).mkdir(parents=True)
+            (course.folder(kind, student) / f"{STEM}.ipynb").write_text(json.dumps(nb))
+    started = time.perf_counter()
+    done, problems = feedback(course)
+    with_staller = time.perf_counter() - started
+    page = lambda s: (course.folder("feedback", s) / f"{STEM}.html").read_text()   # noqa: E731
+    pages = {s: page(s) for s in ("alice", "bob", "staller") if STEM in done.get(s, [])}
+    started = time.perf_counter()
+    feedback(course, ["alice"])
+    alone = time.perf_counter() - started
+    return {"done": done, "problems": problems, "pages": pages, "with_staller": with_staller, "alone": alone,
+            "alice_alone": page("alice")}
+
+
+def test_a_staller_in_the_class_holds_nobody_up(stalled_class):
+    done, pages = stalled_class["done"], stalled_class["pages"]
+    print(f"feedback: alice, bob and the staller in {stalled_class['with_staller']:.1f} s, alice alone in "
+          f"{stalled_class['alone']:.1f} s")
+    assert done == {"alice": [STEM], "bob": [STEM], "staller": [STEM]}, stalled_class["problems"]
+    # three pages cost about three times one: no student's answer is worth minutes of the grader
+    assert stalled_class["with_staller"] < 4 * stalled_class["alone"], (stalled_class["with_staller"],
+                                                                        stalled_class["alone"])
+    assert pages["alice"] == stalled_class["alice_alone"]   # the same page as without the staller
+    for student in ("alice", "bob"):
+        assert "cut at" not in pages[student] and "took too long" not in pages[student]
+    staller = pages["staller"]
+    assert active_content(staller) == [] and "My answer:" in staller
+    assert "[answer cut at 200 kB for the feedback page]" in staller

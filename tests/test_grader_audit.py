@@ -213,6 +213,13 @@ HOSTILE = [
     ("def make():\n    class L:\n        def __ge__(self, o):\n            return True\n    return L()",
      "comparison override", 3),
     ("from torch.overrides import TorchFunctionMode", "comparison override", 1),
+    # ---- judge detection by the stack or the environment, deliberate crashes (round 5) ----------------
+    ("import traceback\nif any('probe' in f.name for f in traceback.extract_stack()):\n    pass", "frame inspection", 2),
+    ("from traceback import walk_stack", "frame inspection", 1),
+    ("import os\njudged = any(k.startswith('LAS') for k in os.environ.keys())", "environment scan", 2),
+    ("import os\nsnapshot = os.environ.copy()", "environment scan", 2),
+    ("import faulthandler\nfaulthandler._sigsegv()", "process control", 1),
+    ("import importlib\nimportlib.import_module('fault' + 'handler')", "process control", 2),
     # ---- unparseable -------------------------------------------------------------------------------
     ("def f(:\n    return get_ipython()", "unparseable code", 1),
     ("def f(:\n    return get_ipython()", IPYTHON_HOOK, 2),

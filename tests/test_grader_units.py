@@ -141,7 +141,8 @@ def test_collect_handles_zips_folders_and_loose_files(notebooks, tmp_path):
     (inbox / "bad id!.zip").write_bytes(data)
     course = Course(grading=tmp_path / "grading", source=SOLUTIONS)
     results = {r.student: r for r in collect(course, inbox)}
-    assert STEM in results["s1"].notebooks and "took the newest" in "; ".join(results["s1"].problems)
+    assert STEM in results["s1"].notebooks and f"taken s1.zip:ex01/{STEM}.ipynb as {STEM}.ipynb" in results["s1"].files
+    assert f"superseded s1.zip:old/{STEM} (1).ipynb by s1.zip:ex01/{STEM}.ipynb (the same content)" in results["s1"].files
     assert "a path with '..'" in "; ".join(results["s1"].problems)
     assert results["s2"].unreadable and "no assignment notebook" in results["s2"].problems[-1]
     assert results["s3"].unreadable and "cannot open s3.zip" in results["s3"].problems[0]
@@ -253,7 +254,7 @@ def _fake_release(calls: list):
     the release, records the assignment in the gradebook at ``db_url`` and appends the source to ``calls``."""
     import sqlite3
 
-    def fake_release(src, dest, *, db_url):
+    def fake_release(src, dest, *, db_url, assignment="ex01"):
         calls.append(src)
         dest.mkdir(parents=True, exist_ok=True)
         for nb in Path(src).glob("*.ipynb"):
@@ -492,3 +493,37 @@ def test_a_batch_computes_reference_values_only_for_the_notebooks_its_students_h
     assert references(["alice", "bob", "carol"]) == ["bonus_masked_pretraining_bayes", "task1_infonce"]
     assert references(["bob", "carol"]) == ["task1_infonce"]
     assert references(["carol"]) == references([]) == []
+
+
+def test_a_worse_status_never_hides_what_the_audit_flagged():
+    """A notebook whose kernel died (say, by a deliberate faulthandler crash) keeps its worse status, and the
+    audit's findings still say, in so many words, that the code needs a review."""
+    from grader.audit_step import audit_submission
+    from grader.results import NotebookResult
+
+    nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": "import faulthandler\nfaulthandler._sigsegv()"}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    died = NotebookResult("mallory", STEM, status="kernel died")
+    audit_submission(nb, STEM, died)
+    assert died.status == "kernel died" and "ALSO FOR REVIEW" in died.reasons[-1] and "process control" in died.reasons[-1]
+    fine = NotebookResult("mallory", STEM)
+    audit_submission(nb, STEM, fine)
+    assert fine.status == "review" and "ALSO FOR REVIEW" not in fine.reasons[-1]
+
+
+def test_secrets_are_found_in_hex_and_judge_lines_in_base64():
+    """A page that prints the case seeds in hex (a stack walk's frame locals) or the judge's source in base64
+    is caught like one in plain text: the seeds are hidden, the judge line is found."""
+    import base64
+
+    from grader.feedback import hide_secrets, judge_lines, leaks_in, secret_strings
+
+    secrets = secret_strings(1234567, ["task1_infonce"])
+    seed = max((s for s in secrets if s.isdigit()), key=len)
+    page = f"<pre>seed {int(seed):x} and {int(seed):X} and 0x{int(seed):x}</pre>"
+    shown = hide_secrets(page, secrets)
+    assert f"{int(seed):x}" not in shown and f"{int(seed):X}" not in shown, shown
+    line = judge_lines("task1_infonce")[0]
+    encoded = base64.b64encode(("\n" + line + "\n").encode()).decode()
+    assert leaks_in(f"<pre>{encoded}</pre>", [line]) == [line]
+    assert leaks_in('<img src="data:image/png;base64,' + encoded + '">', [line]) == [], "an image's data is no text"

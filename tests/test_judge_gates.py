@@ -1,9 +1,10 @@
 """Gates and generators in the judge's tables (grader/checks/<stem>.py).
 
-* An error case ("raises ValueError when ...") scores only next to a function that computes: its
-  ``requires`` names at least two value cases of the SAME function (``FUNCTIONS`` of the checks module
-  says which function each probe exercises), so a function that answers the one trivial input and
-  raises everywhere else collects nothing of the error cases.
+* Every case that is not a value case (a property, a rule, given code) scores only next to a function that
+  computes: it is gated on the MAIN value cases of its function (``MAIN`` of the checks module: what the
+  function computes on ordinary inputs; ``FUNCTIONS`` says which function each probe exercises), so a
+  function that returns noise, a constant or its input collects nothing of them. An edge-case value
+  (stability, degenerate inputs) gates nothing: one edge-case bug loses exactly that case's share.
 * A graded function whose text says its randomness comes from a given ``generator`` has cases for the
   three consequences: the same seed gives the same draws, another seed other draws, and the global
   random states (torch, NumPy, ``random``) are left alone.
@@ -60,27 +61,72 @@ def test_every_probe_belongs_to_one_function(stem):
         f"FUNCTIONS of grader/checks/{stem}.py must list every probe once: missing {missing}, unknown {unknown}"
 
 
-@pytest.mark.parametrize("stem", STEMS)
-def test_every_case_that_is_not_a_value_case_is_gated_on_the_values_of_its_function(stem):
-    """Derived from the case table: a property, rule or given-code case scores only when every value case
-    of its own function passes, and there is at least one such value case to pass."""
-    from grader.judge import case_kind, value_gates
+def gate_problems(cases, functions: dict, main: dict) -> list[str]:
+    """What is wrong with the gates of a case table (``CASES``, ``FUNCTIONS``, ``MAIN``): a function with a case
+    that is not a value case and no main value case; a main probe that no value case reads, or that belongs to
+    another function while the function has value cases of its own (only given code built on other functions,
+    Task A's augment_batch, borrows their main cases); a ``requires`` naming anything but a main case of the
+    case's own function (an edge-case value must gate nothing)."""
+    from grader.judge import case_kind
 
+    function_of = {p: fn for fn, probes in functions.items() for p in probes}
+    values = {c.probe for c in cases if case_kind(c) == "value"}
+    own_values = {fn: {p for p in values if function_of.get(p) == fn} for fn in functions}
+    problems = [f"MAIN names {fn}, which FUNCTIONS does not list" for fn in main if fn not in functions]
+    for fn in functions:
+        gated = [c.probe for c in cases if function_of.get(c.probe) == fn and case_kind(c) != "value"]
+        mains = tuple(main.get(fn, ()))
+        if gated and not mains:
+            problems.append(f"{fn}: {sorted(set(gated))} not value cases, and no main value case (MAIN) to gate them")
+        for p in mains:
+            if p not in values:
+                problems.append(f"{fn}: main case {p} is no value case")
+            elif function_of.get(p) != fn and own_values[fn]:
+                problems.append(f"{fn}: main case {p} belongs to {function_of.get(p)}")
+    for c in cases:
+        fn = function_of.get(c.probe)
+        mains = set(main.get(fn, ())) or own_values.get(fn, set())
+        stray = [r for r in c.requires if r not in mains]
+        if stray:
+            problems.append(f"{c.probe}: requires {stray}, not main value cases of {fn}")
+    return problems
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_case_that_is_not_a_value_case_is_gated_on_the_main_values_of_its_function(stem):
+    """Derived from the case table: a property, rule or given-code case scores only when the main value cases
+    of its function pass; every function with such a case declares main value cases."""
+    from grader.judge import case_kind, main_cases, value_gates
+
+    module = importlib.import_module(f"grader.checks.{stem}")
     cases = load_cases(stem)
+    problems = gate_problems(cases, module.FUNCTIONS, getattr(module, "MAIN", {}))
     function_of = _function_of(stem)
-    gates = value_gates(stem)
-    problems = []
-    for case, gate in zip(cases, gates):
-        if case_kind(case) == "value":
-            continue
-        fn = function_of[case.probe]
-        own_values = {c.probe for c in cases if case_kind(c) == "value" and function_of[c.probe] == fn}
-        if not own_values:
-            problems.append(f"{case.probe} ({case_kind(case)}): {fn} has no value case to gate it on")
-        missing = own_values - set(gate)
-        if missing:
-            problems.append(f"{case.probe}: not gated on {sorted(missing)}")
+    main = main_cases(stem)
+    for case, gate in zip(cases, value_gates(stem)):
+        wanted = set(case.requires) | (set(main[function_of[case.probe]]) if case_kind(case) != "value" else set())
+        if set(gate) != wanted or (case_kind(case) != "value" and not gate):
+            problems.append(f"{case.probe} ({case_kind(case)}): gated on {sorted(gate)}, not {sorted(wanted)}")
     assert not problems, "\n".join(problems)
+
+
+def test_the_gate_scan_catches_a_planted_table():
+    from grader.judge import Case
+
+    def equal(got, ref):
+        assert got == ref
+
+    cases = [Case("t", "f_values", "values", equal), Case("t", "f_edge", "edge values", equal),
+             Case("t", "f_shape", "shape", equal, kind="property"), Case("t", "g_shape", "shape", equal, kind="property"),
+             Case("t", "g_values", "values", equal), Case("t", "f_rule", "raises", equal, kind="rule",
+                                                          requires=("f_edge",))]
+    functions = {"f": ("f_values", "f_edge", "f_shape", "f_rule"), "g": ("g_values", "g_shape")}
+    assert gate_problems(cases, functions, {"f": ("f_values",), "g": ("g_values",)}) == \
+        ["f_rule: requires ['f_edge'], not main value cases of f"]
+    problems = gate_problems(cases[:5], functions, {"f": ("f_values",)})
+    assert problems == ["g: ['g_shape'] not value cases, and no main value case (MAIN) to gate them"]
+    assert gate_problems(cases[:5], functions, {"f": ("f_shape",), "g": ("f_values",)}) == \
+        ["f: main case f_shape is no value case", "g: main case f_values belongs to f"]
 
 
 def test_the_gate_is_derived_and_can_fail(monkeypatch):
@@ -113,6 +159,109 @@ def test_the_gate_is_derived_and_can_fail(monkeypatch):
     module.FUNCTIONS = {"f": ("f_call",)}
     shared = judge_mod.judge("x", {"f_call": ok}, {"f_call": ok}, {"t": 2.0})
     assert [c.passed for c in shared.cases] == [False, False] and shared.points["t"] == 0
+
+
+def _table_verdicts(stem, monkeypatch, failing_sets: list[set[str]]):
+    """The judge on ``stem``'s real case table (kinds, weights, FUNCTIONS, MAIN, requires) and the release's
+    points, with every case's own check replaced by one that fails exactly when the case's probe is in the
+    failing set: one Verdict per set. What a failed case costs, and what it takes with it, is the table's."""
+    import dataclasses
+    import types
+
+    from grader import judge as judge_mod
+    from grader.evidence import encode
+    from grader.judge import case_kind
+
+    module = importlib.import_module(f"grader.checks.{stem}")
+    failing: set[str] = set()
+
+    def check_of(probe):
+        def check(got, ref):
+            assert probe not in failing, "wrong"
+        return check
+
+    table = types.SimpleNamespace(
+        CASES=[dataclasses.replace(c, check=check_of(c.probe), kind=case_kind(c)) for c in module.CASES],
+        FUNCTIONS=module.FUNCTIONS, MAIN=getattr(module, "MAIN", {}))
+    monkeypatch.setattr(judge_mod.importlib, "import_module", lambda name: table)
+    release, _ = _load(stem)
+    points = points_per_test_cell(release)
+    ok = {c.probe: {"status": "ok", "value": encode(1)} for c in module.CASES}
+    out = []
+    for fails in failing_sets:
+        failing.clear()
+        failing.update(fails)
+        out.append(judge_mod.judge(stem, ok, ok, points))
+    monkeypatch.undo()
+    return points, out
+
+
+def _edge_values(stem) -> list[str]:
+    """The value cases of ``stem`` that are no main case and that nothing requires: edge-case values."""
+    from grader.judge import case_kind, main_cases
+
+    cases = load_cases(stem)
+    main = {p for probes in main_cases(stem).values() for p in probes}
+    required = {r for c in cases for r in c.requires}
+    return sorted({c.probe for c in cases if case_kind(c) == "value"} - main - required)
+
+
+def _share(stem, probe, points) -> tuple[str, float]:
+    cases = load_cases(stem)
+    cell = next(c.cell for c in cases if c.probe == probe)
+    total = sum(c.weight for c in cases if c.cell == cell)
+    lost = sum(c.weight for c in cases if c.probe == probe)
+    return cell, round(points[cell] * (total - lost) / total, 2)
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_one_edge_case_bug_loses_exactly_that_cases_share(stem, monkeypatch):
+    """A failed value costs its own share: an answer right everywhere but one edge-case value (stability, a
+    degenerate input, an option) keeps every other case, its properties and rules included."""
+    edges = _edge_values(stem)
+    assert edges, f"{stem}: no edge-case value case"
+    points, verdicts = _table_verdicts(stem, monkeypatch, [{e} for e in edges])
+    for edge, v in zip(edges, verdicts):
+        cell, left = _share(stem, edge, points)
+        assert [c.name for c in v.cases if not c.passed] == [c.name for c in v.cases if c.name == edge], \
+            f"{edge} failed, and with it {[c.name for c in v.cases if not c.passed and c.name != edge]}"
+        assert v.points == {**points, cell: left}, (edge, v.points)
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_an_answer_that_computes_nothing_right_earns_nothing_beyond_values(stem, monkeypatch):
+    """A hollow answer (noise, a constant, its input) of any function, extensions included, fails its value
+    cases; whatever its shapes, generator use or error messages, every case that is not a value case of that
+    function (and of given code built on it) then scores 0; so does one that fails only the main cases."""
+    from grader.judge import case_kind, function_of, main_cases
+
+    fn = function_of(stem)
+    cases = load_cases(stem)
+    main = main_cases(stem)
+    functions = sorted({fn[c.probe] for c in cases if case_kind(c) != "value"})
+    sets = [(f, {c.probe for c in cases if fn[c.probe] == f and case_kind(c) == "value"} or set(main[f]))
+            for f in functions] + [(f, set(main[f])) for f in functions]
+    _, verdicts = _table_verdicts(stem, monkeypatch, [failing for _, failing in sets])
+    for (f, failing), v in zip(sets, verdicts):
+        hit = {g for g in functions if set(main[g]) & failing}   # f, and given code built on it
+        assert f in hit
+        leaks = [(c.name, kind) for c, kind in zip(v.cases, [case_kind(c) for c in cases])
+                 if c.passed and kind != "value" and fn[c.name] in hit]
+        assert not leaks, f"{stem}: {f} computes nothing right, yet scores {leaks}"
+    if stem == "taskA_simclr":   # noise from the crop alone voids the given augment_batch's properties too
+        assert {g for g in functions if set(main[g]) & set(main["random_resized_crop_flip"])} >= {"augment_batch"}
+
+
+def test_item_one_examples_lose_their_own_case_only(monkeypatch):
+    """Issue "Fair to the last point", item 1: a batch-wide log-sum-exp (InfoNCE stability), the 80/10/10 split
+    by position among the selected tokens (bert_mask replacements), an oversize crop box clipped rather than
+    drawn again (Task A redraw) each lose their one case and nothing else."""
+    for stem, probe in (("task1_infonce", "info_nce_float64_stable"), ("task2_pseudo_likelihood", "bert_mask_replacements"),
+                        ("taskA_simclr", "crop_redraw")):
+        assert probe in _edge_values(stem)
+        points, (v,) = _table_verdicts(stem, monkeypatch, [{probe}])
+        cell, left = _share(stem, probe, points)
+        assert {c.name for c in v.cases if not c.passed} == {probe} and v.points[cell] == left
 
 
 @pytest.mark.parametrize("stem", STEMS)
@@ -261,3 +410,123 @@ def test_bert_mask_from_its_own_generator_or_the_global_one_loses_points(tmp_pat
         glob = verdicts[("global", seed)]
         failed = {c.name for c in glob.cases if not c.passed}
         assert glob.score < glob.max_score and {"bert_mask_global_state", "bert_mask_generator"} <= failed, failed
+
+
+# ------------------------------------------------------------------------------ edge-case bugs and hollow answers
+#: Per notebook, mutants (grader/mutants/<stem>.py) whose one bug is an edge case: each loses its own case's
+#: share and nothing more (issue "Fair to the last point", item 1: the first three notebooks' are its examples).
+EDGE_MUTANTS = {
+    "task1_infonce": ("log-sum-exp shifted by the batch's largest score, not each row's",
+                      "log-sum-exp shifted by the largest negative score, not the row's largest"),
+    "task2_pseudo_likelihood": ("80/10/10 assigned in reading order (first 80 % of the selected [MASK], then random, "
+                                "then unchanged)",),
+    "taskA_simclr": ("a box that does not fit is clipped to the image, not drawn again",),
+    "taskB_pythia_scaling": ("level ignored (always 0.95)",),
+    "bonus_masked_pretraining_bayes": ("a single x gives shape (1,), not a 0-d tensor",),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", sorted(EDGE_MUTANTS))
+def test_a_solution_with_one_edge_case_bug_loses_exactly_that_cases_share(stem, tmp_path):
+    from grader.mutants import load as load_mutants
+
+    release, solution = _load(stem)
+    points = points_per_test_cell(release)
+    cases = load_cases(stem)
+    mutants = {m.name: m for m in load_mutants(stem)}
+    variants, cells, expected = {}, {}, {}
+    for name in EDGE_MUTANTS[stem]:
+        m = mutants[name]
+        cell = next(c.cell for c in cases if c.probe == m.case)
+        total = sum(c.weight for c in cases if c.cell == cell)
+        lost = sum(c.weight for c in cases if c.probe == m.case)
+        variants[name] = student_copy(release, solution, m)
+        cells[name] = [cell]
+        expected[name] = (m.case, cell, round(points[cell] * (total - lost) / total, 2))
+    verdicts = sweep(stem, release, solution, variants, SEEDS, cells=cells, workroot=tmp_path, jobs=1)
+    for (name, seed), v in verdicts.items():
+        case, cell, left = expected[name]
+        failed = sorted({c.name for c in v.cases if not c.passed})
+        assert failed == [case] and v.points[cell] == left, \
+            f"{name} (seed {seed}): failed {failed}, {v.points[cell]} of {points[cell]}, expected {left}: " \
+            + "; ".join(f"{c.name}: {c.message}" for c in v.cases if not c.passed)
+
+
+_CROP_HEAD = '''
+def random_resized_crop_flip(images, size=32, *, scale=(0.2, 1.0), ratio=(3 / 4, 4 / 3), flip_p=0.5, generator=None):
+    if images.dim() != 4 or images.shape[1] != 3 or not images.is_floating_point():
+        raise ValueError(f"images must be a float tensor [N, 3, H, W], got {images.dtype} {tuple(images.shape)}")
+    n = images.shape[0]
+    where = generator.device if generator is not None else images.device
+'''
+CROP_NOISE = _CROP_HEAD + '''    return torch.rand(n, 3, size, size, generator=generator, device=where).to(images.device, images.dtype)
+'''
+CROP_CONSTANT = _CROP_HEAD + '''    return torch.full((n, 3, size, size), 0.5, dtype=images.dtype, device=images.device)
+'''
+CROP_RESIZE_FLIP = _CROP_HEAD + '''    import torch.nn.functional as F
+    x = F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
+    flip = (torch.rand(n, generator=generator, device=where) < flip_p).to(images.device).view(n, 1, 1, 1)
+    return torch.where(flip, x.flip(-1), x)
+'''
+_COLOUR_HEAD = '''
+def grayscale(images: torch.Tensor) -> torch.Tensor:
+    """[N, 3, H, W] -> [N, 1, H, W] luma with the ITU-R 601 weights (as torchvision)."""
+    return (0.299 * images[:, 0] + 0.587 * images[:, 1] + 0.114 * images[:, 2]).unsqueeze(1)
+
+
+def colour_distort(images, *, jitter=(0.4, 0.4, 0.4, 0.1), jitter_p=0.8, gray_p=0.2, generator=None):
+    if images.dim() != 4 or images.shape[1] != 3 or not images.is_floating_point():
+        raise ValueError(f"images must be a float tensor [N, 3, H, W], got {images.dtype} {tuple(images.shape)}")
+    where = generator.device if generator is not None else images.device
+'''
+COLOUR_IDENTITY = _COLOUR_HEAD + '''    return images.clone()
+'''
+COLOUR_NOISE = _COLOUR_HEAD + '''    return torch.rand(images.shape, generator=generator, device=where).to(images.device, images.dtype)
+'''
+COLOUR_CONSTANT = _COLOUR_HEAD + '''    return torch.full_like(images, 0.5)
+'''
+HOLLOW_TASK_A = {
+    "crop noise": {"random_resized_crop_flip": CROP_NOISE},
+    "crop constant": {"random_resized_crop_flip": CROP_CONSTANT},
+    "crop = resize + flip, colour = identity": {"random_resized_crop_flip": CROP_RESIZE_FLIP,
+                                                "colour_distort": COLOUR_IDENTITY},
+    "colour noise": {"colour_distort": COLOUR_NOISE},
+    "colour constant": {"colour_distort": COLOUR_CONSTANT},
+}
+
+
+@pytest.mark.slow
+def test_hollow_task_a_augmentations_score_nothing_but_values(tmp_path):
+    """Issue items 2 and 9: crop and colour functions that return noise, a constant, the resized image or their
+    input earn 0 on every case that is not a value case (shape, identity, independence, generator, global
+    state, input check), and so does the given augment_batch built on them."""
+    from grader.judge import case_kind, function_of
+
+    stem = "taskA_simclr"
+    release, solution = _load(stem)
+    base = student_copy(release, solution)
+    cells = ["test_random_resized_crop_flip", "test_colour_distort", "test_augment_batch"]
+    variants = {}
+    for name, answers in HOLLOW_TASK_A.items():
+        nb = base
+        for answer, source in answers.items():
+            nb = _with_answer(nb, answer, source)
+        variants[name] = nb
+    verdicts = sweep(stem, release, solution, variants, SEEDS, cells={n: cells for n in variants},
+                     workroot=tmp_path, jobs=1)
+    fn = function_of(stem)
+    kinds = {}
+    for c in load_cases(stem):
+        kinds.setdefault(c.probe, set()).add(case_kind(c))
+    for (name, seed), v in verdicts.items():
+        hollow = set(HOLLOW_TASK_A[name]) | {"augment_batch"}
+        leaks = [c.name for c in v.cases if c.passed and fn[c.name] in hollow and kinds[c.name] != {"value"}]
+        assert not leaks, f"{name} (seed {seed}) scores {leaks}"
+        # by name, not by kind: a shape, identity or generator case declared a value case would leak here
+        earned = sorted(c.name for c in v.cases if c.passed and fn[c.name] in hollow)
+        assert set(earned) <= HOLLOW_MAY_EARN, f"{name} (seed {seed}) scores {earned}: {v.points}"
+
+
+#: What a hollow answer above may earn: a resize + flip does flip each image with probability flip_p, left-right.
+HOLLOW_MAY_EARN = {"crop_flip_rate", "crop_flip_reverses"}

@@ -179,3 +179,66 @@ def test_a_synthetic_class_compares_every_pair_of_every_notebook(tmp_path):
           f"shared text) in {seconds:.1f} s")
     assert report.students == n
     assert report.compared >= n * (n - 1) // 2
+
+# ----------------------------------------------------------------------------- no student stops the report
+def _surrogate(nb: dict) -> dict:
+    """``nb`` with a lone surrogate in a comment of its first answer cell (code it shares with its source)."""
+    nb = json.loads(json.dumps(nb))
+    cell = next(c for c in nb["cells"] if cell_role(c) == "answer" and cell_source(c).strip())
+    cell["source"] = "# caf\udce9 \ud800 note\n" + cell_source(cell)
+    return nb
+
+
+#: The three submissions that each used to make ``similarity`` exit 2 for the whole class (issue item 7):
+#: (name, what the breaker's notebook file holds, made from an honest student's notebook).
+BREAKERS = {
+    "nested": lambda nb: "[" * 200_000 + "]" * 200_000,          # RecursionError in json.loads
+    "int_cell": lambda nb: json.dumps({**nb, "cells": [42] + nb["cells"] + ["x", None, [1]]}),   # AttributeError
+    "surrogate": lambda nb: json.dumps(_surrogate(nb)),           # UnicodeEncodeError writing the report
+}
+
+
+def _two_honest_and(course, breaker: str) -> None:
+    """alice, bob (who handed in alice's notebook: a pair the report must still find) and the breaker."""
+    nb = _klass(course)["honest1"]
+    _hand_in(course, "alice", nb)
+    _hand_in(course, "bob", nb)
+    path = course.folder("submitted", breaker) / f"{STEM}.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(BREAKERS[breaker](nb), encoding="utf-8", errors="surrogatepass")
+
+
+@pytest.mark.parametrize("breaker", sorted(BREAKERS))
+def test_one_breaker_beside_two_honest_students_stops_nothing(tmp_path, breaker):
+    from grader.similarity import similarity
+
+    course = _course(tmp_path)
+    _two_honest_and(course, breaker)
+    report = similarity(course, threshold=0.5, progress=lambda *_: None)
+    scores = {(p.a, p.b): p.score for p in report.pairs}
+    assert scores.get(("alice", "bob"), 0) >= 0.5, scores     # the honest pair is still compared
+    page = report.html.read_text(encoding="utf-8")             # strict UTF-8: nothing unwritable in it
+    rows = list(csv.DictReader(open(report.csv, newline="", encoding="utf-8")))
+    assert ("alice", "bob") in {(r["student_a"], r["student_b"]) for r in rows}
+    if breaker == "nested":   # unreadable: named, with the reason, in both reports
+        assert report.not_compared == {(breaker, STEM): "its JSON is nested too deeply to read"}
+        assert f"{breaker} ({STEM}): not compared: its JSON is nested too deeply to read" in page
+        assert any(r["student_a"] == breaker and "not compared" in r["where"] for r in rows)
+    else:                     # readable: compared like anyone (it handed in alice's answers)
+        assert report.not_compared == {}
+        assert scores.get(("alice", breaker), 0) >= 0.5 and scores.get(("bob", breaker), 0) >= 0.5, scores
+    if breaker == "surrogate":
+        assert "# caf\\udce9 \\ud800 note" in page   # the shared code, shown escaped
+
+
+def test_the_command_exits_0_with_every_breaker_in_the_class(tmp_path):
+    """``python -m grader similarity`` on alice, bob and all three breakers at once: exit 0, the pair found."""
+    course = _course(tmp_path)
+    for breaker in BREAKERS:
+        _two_honest_and(course, breaker)
+    proc = grader_cli(course.grading, course.source, "similarity", timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "alice / bob" in proc.stdout and "not compared" in proc.stdout
+    rows = list(csv.DictReader(open(course.grading / "similarity" / "pairs.csv", newline="", encoding="utf-8")))
+    assert ("alice", "bob") in {(r["student_a"], r["student_b"]) for r in rows}
+    assert [r["student_a"] for r in rows if "not compared" in r["where"]] == ["nested"]

@@ -647,3 +647,28 @@ def test_an_untraceable_encoder_is_used_as_it_is():
 
     net = DataDependent()
     assert vision.folded_for_inference(net) is net
+
+
+@pytest.mark.slow
+def test_a_given_function_redefined_in_an_answer_cell_is_graded_as_the_course_gives_it(tmp_path):
+    """``augment_batch`` is given code (a locked cell below the crop and colour answers). A student's answer cell
+    that defines its own ``augment_batch`` does not replace the course's for the judge: a correct student who
+    adds a broken one keeps full marks on the augment cell, and the statement is named."""
+    from grader.judge import sweep
+    from grader.mutants import student_copy
+
+    release = json.loads((checks._SOLUTION.parents[2] / "notebooks" / "ex01" / "taskA_simclr.ipynb").read_text())
+    solution = json.loads(checks._SOLUTION.read_text())
+    nb = student_copy(release, solution)
+    for c in nb["cells"]:
+        if _grade_id(c) == "colour_distort":
+            c["source"] = "".join(c["source"]) + (
+                "\n\ndef augment_batch(images, generator=None, **kwargs):\n"
+                "    return torch.zeros(len(images), 3, kwargs.get('size', 32), kwargs.get('size', 32))\n")
+    cells = ["test_random_resized_crop_flip", "test_colour_distort", "test_augment_batch"]   # augment's gates too
+    verdicts = sweep("taskA_simclr", release, solution, {"override": nb}, [0], cells={"override": cells},
+                     workroot=tmp_path)
+    verdict = verdicts[("override", 0)]
+    assert verdict.points["test_augment_batch"] == verdict.max_points["test_augment_batch"] > 0, \
+        [(c.name, c.message) for c in verdict.cases if not c.passed]
+    assert any("redefines `augment_batch`, which the course gives" in line for line in verdict.dropped), verdict.dropped

@@ -4,7 +4,8 @@ The grader's judge (in the course repository, inside the grading sandbox) and th
 (``./pack.sh validate``, which runs ``python -m utils.answer_loader NOTEBOOK ...``) both use this
 module, so what a student checks before submitting is what the grader does:
 
-1. the parameters cell with ``PRESET = "smoke"``, then the setup cell, run in full;
+1. the parameters cell as the grader sets it (``PRESET = "smoke"``, ``MODEL_SUITE = "mini"``), then the
+   setup cell, run in full;
 2. the *given* cells (course code between the answers): only their definitions (imports,
    functions, classes, constants), because their experiments can take minutes;
 3. every cell the student wrote or added: **every top-level statement, in notebook order**, as the
@@ -26,8 +27,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from utils.notebook_cells import cell_role, cell_source, grade_id, nbgrader_meta  # noqa: F401 - cell_role: re-exported
+from utils.notebook_cells import cell_role, cell_source, grade_id, nbgrader_meta, student_labels  # noqa: F401 - cell_role: re-exported
 
+#: what the parameters cell holds when the grader runs a notebook (nbgrader's autograding forces both:
+#: utils/presets.py, utils/lm.py), so that the student's check loads the models the grader loads
+GRADER_PARAMETERS = {"PRESET": "smoke", "MODEL_SUITE": "mini"}
 STATEMENT_SECONDS = 30.0   # one top-level statement of a student's cell
 LOAD_SECONDS = 60.0        # all of a notebook's top-level statements together
 _MAGIC = re.compile(r"^\s*[%!]")
@@ -270,6 +274,7 @@ def notebook_cells(nb: dict) -> list[dict]:
     A cell without nbgrader metadata is the course's given code when the release recorded its source
     (``las_given_cells`` in the notebook's metadata), else a cell the student added or changed."""
     given = set((nb.get("metadata") or {}).get("las_given_cells") or [])
+    labels = student_labels(nb.get("cells", []))
     cells = []
     for i, cell in enumerate(nb.get("cells", [])):
         if cell.get("cell_type") != "code":
@@ -278,7 +283,7 @@ def notebook_cells(nb: dict) -> list[dict]:
         if role == "given" and not nbgrader_meta(cell) and source_digest(cell_source(cell)) not in given:
             role = "answer"   # a cell the student added: part of the answer
         cells.append({"id": grade_id(cell) or f"cell {i + 1}", "role": role,
-                      "source": cell_source(cell)})
+                      "source": cell_source(cell), "label": labels[i] or f"cell {i + 1}"})
     return cells
 
 
@@ -290,7 +295,7 @@ def load(cells: list[dict], names: dict, *, statement_seconds: float = STATEMENT
     for cell in cells:
         role = cell["role"]
         if role == "parameters":
-            names["PRESET"] = "smoke"
+            names.update(GRADER_PARAMETERS)
         elif role == "setup" and run_setup:
             python, _ = strip_magics(cell["source"])
             exec(compile(python, cell["id"], "exec"), names)  # noqa: S102
@@ -334,7 +339,8 @@ def check_notebook(path: str, *, statement_seconds: float = STATEMENT_SECONDS) -
             continue
         python, foreign = strip_magics(cell["source"])
         if foreign or cell["role"] == "parameters":
-            ran["PRESET"] = "smoke"
+            if cell["role"] == "parameters":
+                ran.update(GRADER_PARAMETERS)
             continue
         try:
             exec(compile(python, cell["id"], "exec"), ran)  # noqa: S102
@@ -351,7 +357,7 @@ def check_notebook(path: str, *, statement_seconds: float = STATEMENT_SECONDS) -
         except BaseException as exc:  # noqa: BLE001
             message = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             hint = explain_name_error(message, report.not_run) if isinstance(exc, NameError) else ""
-            problems.append(f"test cell `{cell['id']}` fails with your answers loaded as the grader loads them: "
+            problems.append(f"{cell.get('label', cell['id'])} fails with your answers loaded as the grader loads them: "
                             f"{exc.__class__.__name__}" + (f": {message}" if message else "") +
                             (f" ({hint})" if hint else ""))
     return problems

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-EXTENSION_TAG = "extension"    # a graded cell of the optional extensions (the course repository's grader/tiers.py)
+EXTENSION_TAG = "extension"    # a graded cell of the optional extensions (the course repository's tiers of core and extensions)
 RUBRIC_TAG = "rubric"          # a TA's rubric under a written answer: never in the release
 PARAMETERS_TAG = "parameters"  # papermill's parameters cell
 
@@ -105,6 +105,38 @@ def cell_role(cell) -> str:
     if meta.get("grade"):
         return "test"
     return "given"
+
+
+def student_labels(cells: list) -> list:
+    """How a student finds each of ``cells`` (a notebook's cells, in order): the section heading above it and,
+    for code, the function it defines or tests, e.g. 'the test cell of `nce_loss` in \u201c(b) InfoNCE and NCE\u201d';
+    None for a cell without a grade id. Messages to students name cells this way, never by the hidden
+    grade id."""
+    import re
+
+    labels, section, last_defined = [], "", ""
+    for cell in cells:
+        source = cell_source(cell)
+        if cell.get("cell_type") == "markdown" and not grade_id(cell):
+            headings = [ln.lstrip("#").strip() for ln in source.splitlines() if ln.startswith("#")]
+            section = headings[-1] if headings else section
+        if not grade_id(cell):
+            labels.append(None)
+            continue
+        where = f" in \u201c{section[:70]}\u201d" if section else ""
+        defined = re.search(r"^def\s+([A-Za-z_]\w*)", source, re.M)
+        if cell.get("cell_type") == "markdown":
+            label = f"the written answer{where}"
+        elif is_test(cell):
+            label = f"the test cell of `{last_defined}`{where}" if last_defined else f"the test cell{where}"
+        elif defined:
+            label = f"the cell defining `{defined.group(1)}`{where}"
+            last_defined = defined.group(1)
+        else:
+            first = next((ln.strip() for ln in source.splitlines() if ln.strip() and not ln.strip().startswith("#")), "")
+            label = f"the cell starting `{first[:50]}`{where}"
+        labels.append(label)
+    return labels
 
 
 # --------------------------------------------------------------------------- a notebook

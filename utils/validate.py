@@ -20,17 +20,18 @@ import contextlib
 import os
 import sys
 
-from utils.notebook_cells import cell_source, grade_id, read_notebook
+from utils.notebook_cells import cell_source, read_notebook, student_labels
 
 #: at most this many problem lines per notebook and check; the rest are counted
 SHOWN = 12
 
 
 def _cell_names(path: str) -> list[tuple[str, str]]:
-    """(stripped source, nbgrader grade_id) of a notebook's nbgrader cells, in notebook order, to name
-    nbgrader's failing cells (several unanswered cells share the source "YOUR ANSWER HERE")."""
-    return [(cell_source(cell).strip(), grade_id(cell)) for cell in read_notebook(path).get("cells", [])
-            if grade_id(cell)]
+    """(stripped source, how the student finds the cell: utils.notebook_cells.student_labels) of a notebook's
+    nbgrader cells, in notebook order, to name nbgrader's failing cells (several unanswered cells share the
+    source "YOUR ANSWER HERE")."""
+    cells = read_notebook(path).get("cells", [])
+    return [(cell_source(cell).strip(), label) for cell, label in zip(cells, student_labels(cells)) if label]
 
 
 def _first_error_line(raw: str) -> str:
@@ -60,30 +61,30 @@ def nbgrader_problems(path: str, *, verbose: bool = False) -> list[str]:
 
     def named(source: str) -> str:
         # nbgrader reports cells in notebook order: take the first unused cell with this source
-        for i, (src, gid) in enumerate(names):
+        for i, (src, label) in enumerate(names):
             if src == source.strip():
                 del names[: i + 1]
-                return f"`{gid}`"
+                return label
         first = source.strip().splitlines()[0][:60] if source.strip() else ""
-        return f"starting `{first}`"
+        return f"the cell starting `{first}`"
 
     problems = []
     for cell in results.get("type_changed", []):
-        problems.append(f"cell {named(cell['source'])} was changed from a {cell['old_type']} cell to a "
+        problems.append(f"{named(cell['source'])} was changed from a {cell['old_type']} cell to a "
                         f"{cell['new_type']} cell: change it back (Edit > Undo, or copy your text into a fresh "
                         "copy of the notebook)")
     for cell in results.get("changed", []):
-        problems.append(f"the locked or test cell {named(cell['source'])} was edited: the grader restores it, "
+        problems.append(f"{named(cell['source'])}, a locked or test cell, was edited: the grader restores it, "
                         "so put your code in your own cells")
     for cell in results.get("failed", []):
         error = _first_error_line(cell.get("raw_error", ""))
         if "You did not provide a response" in (cell.get("raw_error") or ""):
-            problems.append(f"written answer {named(cell['source'])} is still empty")
+            problems.append(f"{named(cell['source'])} is still empty")
         elif error.startswith("NotImplementedError"):
-            problems.append(f"cell {named(cell['source'])} stops at NotImplementedError: "
+            problems.append(f"{named(cell['source'])} stops at NotImplementedError: "
                             "the answer it runs or tests is not filled in yet")
         else:
-            problems.append(f"cell {named(cell['source'])} fails: {error}")
+            problems.append(f"{named(cell['source'])} fails: {error}")
     return problems
 
 

@@ -54,6 +54,9 @@ def check_batched_passes(got, ref) -> None:
     need = math.ceil(copies / batch_size)
     if not isinstance(sizes, list) or not sizes:
         raise AssertionError("no forward pass through the model was counted")
+    if not all(isinstance(s, int) for s in sizes):
+        raise AssertionError("the forward-pass counter on the model's input embedding was removed during the call, "
+                             "so its passes cannot be counted: leave the model's hooks and modules as they are")
     if len(sizes) > need or max(sizes) > batch_size:
         raise AssertionError(f"{copies} masked copies with batch_size={batch_size} take {need} forward passes of at "
                              f"most {batch_size} copies; counted {len(sizes)} passes of sizes {sizes}")
@@ -62,6 +65,9 @@ def check_batched_passes(got, ref) -> None:
 def check_passes_per_call(got, ref) -> None:
     sizes = as_dict(got).get("sizes")
     calls = ref.get("calls", 1)
+    if isinstance(sizes, list) and not all(isinstance(s, int) for s in sizes):
+        raise AssertionError("the forward-pass counter on the model's input embedding was removed during the call, "
+                             "so its passes cannot be counted: leave the model's hooks and modules as they are")
     if not isinstance(sizes, list) or len(sizes) != calls:
         n = len(sizes) if isinstance(sizes, list) else 0
         raise AssertionError(f"expected ONE forward pass per call; counted {n} over {calls} call(s)")
@@ -361,8 +367,8 @@ check_global_state_untouched.draws = ("global state",)
 # passed weight / total weight of the cell). A cell of 1 point with weights 2 and 1 gives 2/3 and 1/3.
 CASES = [
     # The shape and range checks of mlm_loss, masked_copies, causal_log_probs and the two perplexities are given
-    # code in their answer cells: no case grades them. A case that is not kind="value" scores only when every
-    # value case of its function (FUNCTIONS below) passes.
+    # code in their answer cells: no case grades them. A case that is not kind="value" scores only when the
+    # MAIN value cases of its function (MAIN below) pass; an edge-case value stands alone.
     # mlm_loss: the test cell's 2 points, shared by the weights below
     Case("test_mlm_loss", "mlm_loss_one_mask", "-sum over t in M of log_probs[t, x_t], a 0-dim tensor for a [T] mask",
          LOSS, weight=2),
@@ -444,7 +450,7 @@ CASES = [
          check_bools),
     Case("test_conditionals_compatible", "compatible_rejects",
          "a ValueError for different shapes, negative entries, or rows/columns that do not sum to one",
-         expect_raises("ValueError"), requires=("compatible_joints", "incompatible_tables")),
+         expect_raises("ValueError")),
     # bert_mask (extension): the test cell's 3 points, shared by the weights below. Both value cases call it
     # twice, with differently seeded generators: a fixed pattern, however well its rates are tuned, fails.
     Case("test_bert_mask", "bert_mask_selection",
@@ -467,12 +473,11 @@ CASES = [
          check_global_state_untouched, kind="rule"),
     Case("test_bert_mask", "bert_mask_input_unchanged", "input_ids is not modified", check_unchanged_input,
          kind="property"),
-    Case("test_bert_mask", "bert_mask_rejects_q", "a ValueError unless 0 <= q <= 1", expect_raises("ValueError"),
-         requires=("bert_mask_selection", "bert_mask_replacements")),
+    Case("test_bert_mask", "bert_mask_rejects_q", "a ValueError unless 0 <= q <= 1", expect_raises("ValueError")),
 ]
 
-# The function each probe exercises: a case that is not a value case scores only once every value case of the
-# SAME function passes (grader/judge.py value_gates; tests/test_judge_gates.py checks the table).
+# The function each probe exercises: a case that is not a value case scores only once the MAIN value cases of the
+# SAME function pass (grader/judge.py value_gates; tests/test_judge_gates.py checks the table).
 FUNCTIONS = {
     "mlm_loss": ("mlm_loss_one_mask", "mlm_loss_many_masks", "mlm_loss_float64", "mlm_loss_unselected_inf"),
     "masked_copies": ("masked_copies_values", "masked_copies_permutation", "masked_copies_input_unchanged"),
@@ -490,4 +495,20 @@ FUNCTIONS = {
     "bert_mask": ("bert_mask_selection", "bert_mask_replacements", "bert_mask_q_edges", "bert_mask_one_sequence",
                   "bert_mask_generator", "bert_mask_seeds_differ", "bert_mask_global_state",
                   "bert_mask_input_unchanged", "bert_mask_rejects_q"),
+}
+
+# What each function computes on ordinary inputs: the value cases that gate its other cases (grader/judge.py
+# value_gates). Edge-case values (an -inf left out, positions in another order, the 80/10/10 split, zeros in
+# the tables) stand alone: a failed value costs its own share.
+MAIN = {
+    "mlm_loss": ("mlm_loss_one_mask", "mlm_loss_many_masks"),
+    "masked_copies": ("masked_copies_values",),
+    "conditional_log_probs": ("conditional_all_positions",),
+    "pseudo_log_likelihood": ("pll_all_positions",),
+    "pseudo_perplexity": ("pppl_values",),
+    "single_index_estimate": ("single_index_values",),
+    "causal_log_probs": ("causal_no_context",),
+    "perplexity": ("perplexity_values",),
+    "conditionals_compatible": ("compatible_joints", "incompatible_tables"),
+    "bert_mask": ("bert_mask_selection",),
 }

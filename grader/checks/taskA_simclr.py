@@ -429,10 +429,10 @@ check_global_state_untouched.draws = ("global state",)
 CASES = [
     # random_resized_crop_flip (extension): the test cell's 4 points, shared by the weights below
     Case("test_random_resized_crop_flip", "crop_shapes", "float [N, 3, size, size] for square and non-square images",
-         check_crop_shapes),
+         check_crop_shapes, kind="property"),
     Case("test_random_resized_crop_flip", "crop_identity_and_mirror",
          "scale=(1, 1), ratio=(1, 1): the image itself (flip_p=0) or its mirror image (flip_p=1)",
-         expect_same(rtol=0, atol=1e-5)),
+         expect_same(rtol=0, atol=1e-5), kind="property"),
     Case("test_random_resized_crop_flip", "crop_flip_rate", "each image flipped left-right with probability flip_p",
          check_crop_flip_rate),
     Case("test_random_resized_crop_flip", "crop_geometry",
@@ -445,20 +445,19 @@ CASES = [
     Case("test_random_resized_crop_flip", "crop_flip_reverses", "a flip mirrors the crop left-right",
          check_crop_flip_reverses),
     Case("test_random_resized_crop_flip", "crop_independent", "independent crop parameters for every image",
-         expect_independent("random_resized_crop_flip")),
+         expect_independent("random_resized_crop_flip"), kind="property"),
     Case("test_random_resized_crop_flip", "crop_generator", "all random numbers drawn with `generator`",
-         check_reproducible),
+         check_reproducible, kind="property"),
     Case("test_random_resized_crop_flip", "crop_global_state",
          "all random numbers drawn with `generator`, never with Python's `random`: the global random states are "
-         "left alone", check_global_state_untouched, requires=("crop_identity_and_mirror", "crop_geometry")),
+         "left alone", check_global_state_untouched, kind="rule"),
     Case("test_random_resized_crop_flip", "crop_rejects",
-         "a ValueError for anything but a floating-point [N, 3, H, W] tensor", expect_raises("ValueError"),
-         requires=("crop_identity_and_mirror", "crop_geometry")),
+         "a ValueError for anything but a floating-point [N, 3, H, W] tensor", expect_raises("ValueError")),
     # colour_distort (extension): the test cell's 4 points, shared by the weights below
     Case("test_colour_distort", "colour_dtype_and_range", "float [N, 3, H, W] in [0, 1], same dtype",
-         check_colour_dtype_and_range),
+         check_colour_dtype_and_range, kind="property"),
     Case("test_colour_distort", "colour_identity", "no jitter and no grayscale (or zero strengths): the images",
-         expect_same(rtol=0, atol=1e-5)),
+         expect_same(rtol=0, atol=1e-5), kind="property"),
     Case("test_colour_distort", "colour_grayscale", "grayscale g = 0.299 R + 0.587 G + 0.114 B in all three channels",
          expect_same(rtol=0, atol=1e-5)),
     Case("test_colour_distort", "colour_brightness", "brightness x <- b x, b ~ U(1 - beta, 1 + beta) per image",
@@ -474,25 +473,26 @@ CASES = [
     Case("test_colour_distort", "colour_hue", "a hue shift rotates colours around the gray axis (grays stay gray)",
          check_colour_hue),
     Case("test_colour_distort", "colour_independent", "independent factors for every image",
-         expect_independent("colour_distort")),
-    Case("test_colour_distort", "colour_generator", "all random numbers drawn with `generator`", check_reproducible),
+         expect_independent("colour_distort"), kind="property"),
+    Case("test_colour_distort", "colour_generator", "all random numbers drawn with `generator`", check_reproducible,
+         kind="property"),
     Case("test_colour_distort", "colour_global_state",
          "all random numbers drawn with `generator`: the global random states are left alone",
-         check_global_state_untouched, requires=("colour_brightness", "colour_grayscale")),
+         check_global_state_untouched, kind="rule"),
     # augment_batch (extension; given, built on the two functions above):
     # the test cell's 2 points, shared by the weights below
     Case("test_augment_batch", "augment_uint8", "uint8 images give float32 [N, 3, size, size] views in [0, 1]",
-         check_augment_uint8),
+         check_augment_uint8, kind="property"),
     Case("test_augment_batch", "augment_independent", "every copy of an image gets its own view",
-         expect_independent("augment_batch")),
+         expect_independent("augment_batch"), kind="property"),
     Case("test_augment_batch", "augment_all_off", "every augmentation off: the images scaled to [0, 1]",
-         expect_same(rtol=0, atol=1e-5)),
+         expect_same(rtol=0, atol=1e-5), kind="property"),
     Case("test_augment_batch", "augment_generator",
          "all random numbers drawn with `generator` (through both functions): the same seed gives the same views, "
-         "another seed others", check_reproducible),
+         "another seed others", check_reproducible, kind="property"),
     Case("test_augment_batch", "augment_global_state",
          "all random numbers drawn with `generator`: the global random states are left alone",
-         check_global_state_untouched, requires=("augment_uint8", "augment_all_off")),
+         check_global_state_untouched, kind="rule"),
     # nt_xent_loss_loop: the test cell's 2 points, shared by the weights below
     Case("test_nt_xent_loss_loop", "nt_xent_loop_float64",
          "mean over the 2N anchors of l_i, every k != i in the denominator (float64 in, float64 0-dim out)",
@@ -566,8 +566,8 @@ CASES = [
          expect_raises("ValueError"), weight=0, kind="given"),
 ]
 
-# The function each probe exercises: a case that expects an error scores only once value cases of the SAME
-# function pass (its ``requires``; tests/test_judge_gates.py checks the table).
+# The function each probe exercises: a case that is not a value case scores only once the MAIN value cases of
+# its function pass (grader/judge.py value_gates; tests/test_judge_gates.py checks the table).
 FUNCTIONS = {
     "random_resized_crop_flip": ("crop_shapes", "crop_identity_and_mirror", "crop_flip_rate", "crop_geometry",
                                  "crop_log_aspect", "crop_redraw", "crop_flip_reverses", "crop_independent",
@@ -586,4 +586,21 @@ FUNCTIONS = {
     "linear_probe_accuracy": ("probe_accuracy", "probe_deterministic", "probe_standardises", "probe_test_set_unused",
                               "probe_inputs_unchanged", "probe_rejects"),
     "knn_accuracy": ("knn_values", "knn_chunked", "knn_rejects_k"),
+}
+
+# What each function computes on ordinary inputs: the value cases that gate its other cases (grader/judge.py
+# value_gates). Shapes, identities (scale 1, no jitter, everything off), independence and generator use are
+# properties and rules, gated here: an answer that returns noise, the resized image or its input earns nothing
+# for them. Edge-case values (a box that must be drawn again, a flip, hue) stand alone. augment_batch is given
+# code built on the two functions above: its cases are gated on their main values.
+MAIN = {
+    "random_resized_crop_flip": ("crop_geometry",),
+    "colour_distort": ("colour_grayscale", "colour_brightness"),
+    "augment_batch": ("crop_geometry", "colour_grayscale", "colour_brightness"),
+    "nt_xent_loss_loop": ("nt_xent_loop_float64",),
+    "nt_xent_loss": ("nt_xent_float64",),
+    "ProjectionHead": ("head_values",),
+    "simclr_train_step": ("train_step_two_steps",),
+    "linear_probe_accuracy": ("probe_accuracy",),
+    "knn_accuracy": ("knn_values",),
 }

@@ -302,7 +302,8 @@ def check_prediction(got, ref) -> None:
 
 
 def check_band(got, ref) -> None:
-    """The band L_pred exp(-+ z s) with s = alpha_err sqrt(mean((x - x_bar)^2) + (x0 - x_bar)^2)."""
+    """The prediction interval L_pred exp(-+ t s): Student's t with n_fit - 2 degrees of freedom,
+    s = alpha_err sqrt(S + S / n + (x0 - x_bar)^2) with S = sum((x - x_bar)^2)."""
     got = _float_arrays(got, ref)
     _prediction_part(got, ref)
     _band_part(got, ref)
@@ -368,9 +369,10 @@ CASES += [
          "the held-out sizes in increasing N, predicted by the pure power law fitted (with fit_power_law) on the "
          "n_fit smallest models; float NumPy arrays", check_prediction, weight=2),
     Case("test_predict_held_out", "predict_band",
-         "the band L_pred exp(-+ z s), s = alpha_err sqrt(mean((x - x_bar)^2) + (x0 - x_bar)^2) over the fitted "
-         "ln N", check_band, weight=2),
-    Case("test_predict_held_out", "predict_z", "lists as input and another z", check_band),
+         "the prediction interval L_pred exp(-+ t s), t = stats.t.ppf((1 + level) / 2, n_fit - 2), "
+         "s = alpha_err sqrt(S + S/n + (x0 - x_bar)^2), S = sum((x - x_bar)^2) over the fitted ln N", check_band,
+         weight=2),
+    Case("test_predict_held_out", "predict_level", "lists as input and another level", check_band),
     Case("test_predict_held_out", "predict_rejects_bad_split",
          "a ValueError when n_fit < 3 or nothing is held out (given code)", expect_raises("ValueError"),
          weight=0, kind="given"),
@@ -384,8 +386,8 @@ CASES += [
          "(given code)", expect_raises("ValueError"), weight=0, kind="given"),
 ]
 
-# The function each probe exercises: a case that expects an error scores only once value cases of the SAME
-# function pass (its ``requires``; tests/test_judge_gates.py checks the table).
+# The function each probe exercises: a case that is not a value case scores only once the MAIN value cases of
+# the SAME function pass (grader/judge.py value_gates; tests/test_judge_gates.py checks the table).
 FUNCTIONS = {
     "count_parameters": ("count_config", "count_model", "count_pythia_config", "count_rejects_non_model"),
     "evaluate_loss": ("eval_windows", "eval_metrics", "eval_original_documents", "eval_max_length",
@@ -393,6 +395,18 @@ FUNCTIONS = {
     "tokens_seen": ("tokens_seen_scalar", "tokens_seen_array", "tokens_seen_dtype", "tokens_seen_rejects_negative"),
     "training_compute": ("compute_scalar", "compute_array", "compute_dtype"),
     "fit_power_law": ("fit_pure", "fit_pure_errors", "fit_irreducible", "fit_rejects_bad_input"),
-    "predict_held_out": ("predict_values", "predict_band", "predict_z", "predict_rejects_bad_split"),
+    "predict_held_out": ("predict_values", "predict_band", "predict_level", "predict_rejects_bad_split"),
     "compute_optimal": ("optimal_scalar", "optimal_array", "optimal_rejects_bad_budget"),
+}
+
+# What each function computes on ordinary inputs: the value cases that gate its other cases (grader/judge.py
+# value_gates). Edge-case values (a Pythia configuration, a short max_length, another level) stand alone.
+MAIN = {
+    "count_parameters": ("count_config", "count_model"),
+    "evaluate_loss": ("eval_windows", "eval_metrics"),
+    "tokens_seen": ("tokens_seen_scalar", "tokens_seen_array"),
+    "training_compute": ("compute_scalar", "compute_array"),
+    "fit_power_law": ("fit_pure",),
+    "predict_held_out": ("predict_values",),
+    "compute_optimal": ("optimal_scalar",),
 }

@@ -121,6 +121,10 @@ MUTANTS = [
     Mutant(cell="conditional_log_probs", name="one forward pass per masked copy (batch_size ignored)",
            find=_CL_LOOP, replace="for start in range(0, len(positions)):\n            chunk = positions[start:start + 1]",
            visible=True, case="conditional_batches"),
+    Mutant(cell="conditional_log_probs", name="one pass per copy, the counting hooks cleared after the first",
+           find=_CL_LOOP, replace="for start in range(0, len(positions)):\n            chunk = positions[start:start + 1]\n"
+                                  "            if start:\n                model.get_input_embeddings()._forward_hooks.clear()",
+           visible=True, case="conditional_batches"),
     Mutant(cell="conditional_log_probs", name="no torch.no_grad (returns a graph)",
            find="with torch.no_grad():", replace="if True:  # no torch.no_grad()",
            visible=True, case="conditional_no_grad"),

@@ -45,10 +45,11 @@ _FP_XY = "x, y = np.log(N), np.log(L)"
 
 # predict_held_out
 _PH_FIT = "fit = fit_power_law(N[:n_fit], L[:n_fit])"
-_PH_S = "s = fit[\"alpha_err\"] * np.sqrt(np.mean((x - x.mean()) ** 2) + (x0 - x.mean()) ** 2)"
+_PH_X = "x, x0, t = np.log(N[:n_fit]), np.log(N[n_fit:]), stats.t.ppf((1 + level) / 2, n_fit - 2)"
+_PH_S = "s = fit[\"alpha_err\"] * np.sqrt(np.sum((x - x.mean()) ** 2) * (1 + 1 / n_fit) + (x0 - x.mean()) ** 2)"
 _PH_PRED = "L_pred = (fit[\"N_c\"] / N[n_fit:]) ** fit[\"alpha\"]"
-_PH_RET = ('return {"N": N[n_fit:], "L_pred": L_pred, "L_low": L_pred * np.exp(-z * s), '
-           '"L_high": L_pred * np.exp(z * s)}')
+_PH_RET = ('return {"N": N[n_fit:], "L_pred": L_pred, "L_low": L_pred * np.exp(-t * s), '
+           '"L_high": L_pred * np.exp(t * s)}')
 
 # compute_optimal
 _CO_G = "G = (a * params[\"A\"] / (b * params[\"B\"])) ** (1 / (a + b))"
@@ -212,25 +213,37 @@ MUTANTS = [
     Mutant(cell="predict_held_out", name="fits the n_fit largest models, not the smallest",
            find=_PH_FIT, replace="fit = fit_power_law(N[-n_fit:], L[-n_fit:])",
            visible=True, case="predict_values"),
-    Mutant(cell="predict_held_out", name="band from the slope's error only (no height term)",
-           find=_PH_S, replace='s = fit["alpha_err"] * np.abs(x0 - x.mean())',
+    Mutant(cell="predict_held_out", name="multiplier 2 instead of Student's t quantile",
+           find=_PH_X, replace="x, x0, t = np.log(N[:n_fit]), np.log(N[n_fit:]), 2.0",
+           visible=True, case="predict_band, predict_level"),
+    Mutant(cell="predict_held_out", name="t with n_fit - 1 degrees of freedom, not n_fit - 2",
+           find=_PH_X, replace="x, x0, t = np.log(N[:n_fit]), np.log(N[n_fit:]), stats.t.ppf((1 + level) / 2, n_fit - 1)",
+           visible=True, case="predict_band, predict_level"),
+    Mutant(cell="predict_held_out", name="one-sided quantile t.ppf(level), not t.ppf((1 + level) / 2)",
+           find=_PH_X, replace="x, x0, t = np.log(N[:n_fit]), np.log(N[n_fit:]), stats.t.ppf(level, n_fit - 2)",
+           visible=True, case="predict_band, predict_level"),
+    Mutant(cell="predict_held_out", name="level ignored (always 0.95)",
+           find=_PH_X, replace="x, x0, t = np.log(N[:n_fit]), np.log(N[n_fit:]), stats.t.ppf(0.975, n_fit - 2)",
+           visible=True, case="predict_level"),
+    Mutant(cell="predict_held_out", name="confidence band of the line: without the new model's own scatter",
+           find=_PH_S, replace='s = fit["alpha_err"] * np.sqrt(np.mean((x - x.mean()) ** 2) + (x0 - x.mean()) ** 2)',
            visible=True, case="predict_band"),
-    Mutant(cell="predict_held_out", name="band with the sample variance (n - 1) of ln N",
-           find=_PH_S, replace='s = fit["alpha_err"] * np.sqrt(np.var(x, ddof=1) + (x0 - x.mean()) ** 2)',
+    Mutant(cell="predict_held_out", name="without the line's height term S / n",
+           find=_PH_S, replace='s = fit["alpha_err"] * np.sqrt(np.sum((x - x.mean()) ** 2) + (x0 - x.mean()) ** 2)',
            visible=True, case="predict_band"),
-    Mutant(cell="predict_held_out", name="band centred on the mean ln N of all models, not the fitted ones",
+    Mutant(cell="predict_held_out", name="the variance of ln N in place of the sum S",
+           find=_PH_S, replace='s = fit["alpha_err"] * np.sqrt(np.var(x) * (1 + 1 / n_fit) + (x0 - x.mean()) ** 2)',
+           visible=True, case="predict_band"),
+    Mutant(cell="predict_held_out", name="interval centred on the mean ln N of all models, not the fitted ones",
            find=_PH_S,
-           replace='s = fit["alpha_err"] * np.sqrt(np.mean((x - x.mean()) ** 2) + (x0 - np.log(N).mean()) ** 2)',
+           replace='s = fit["alpha_err"] * np.sqrt(np.sum((x - x.mean()) ** 2) * (1 + 1 / n_fit) + (x0 - np.log(N).mean()) ** 2)',
            visible=True, case="predict_band"),
-    Mutant(cell="predict_held_out", name="band additive in L (L_pred -+ z s) instead of multiplicative",
-           find=_PH_RET, replace='return {"N": N[n_fit:], "L_pred": L_pred, "L_low": L_pred - z * s, "L_high": L_pred + z * s}',
+    Mutant(cell="predict_held_out", name="interval additive in L (L_pred -+ t s) instead of multiplicative",
+           find=_PH_RET, replace='return {"N": N[n_fit:], "L_pred": L_pred, "L_low": L_pred - t * s, "L_high": L_pred + t * s}',
            visible=True, case="predict_band"),
-    Mutant(cell="predict_held_out", name="z ignored (always 1.96)",
-           find=_PH_RET, replace='return {"N": N[n_fit:], "L_pred": L_pred, "L_low": L_pred * np.exp(-1.96 * s), '
-                                 '"L_high": L_pred * np.exp(1.96 * s)}',
-           visible=True, case="predict_z"),
-    Mutant(cell="predict_held_out", name="band from N_c's relative error instead of alpha's",
-           find=_PH_S, replace='s = fit["N_c_err"] / fit["N_c"] * np.sqrt(np.mean((x - x.mean()) ** 2) + (x0 - x.mean()) ** 2)',
+    Mutant(cell="predict_held_out", name="interval from N_c's relative error instead of alpha's",
+           find=_PH_S,
+           replace='s = fit["N_c_err"] / fit["N_c"] * np.sqrt(np.sum((x - x.mean()) ** 2) * (1 + 1 / n_fit) + (x0 - x.mean()) ** 2)',
            visible=True, case="predict_band"),
     Mutant(cell="predict_held_out", name="prediction without the exponent's sign (N / N_c)^alpha",
            find=_PH_PRED, replace='L_pred = (N[n_fit:] / fit["N_c"]) ** fit["alpha"]',

@@ -41,10 +41,14 @@ def info_nce_positive_index(ns, gen):
 @probe()
 def info_nce_float64_stable(ns, gen):
     """Rows hundreds apart: exp(1000) overflows, and shifting every row by the batch's largest score (instead of
-    each row's own) underflows the rows near 600 and -700 to log 0."""
+    each row's own) underflows the rows near 600 and -700 to log 0. Then float32 rows with a large positive."""
     big = torch.tensor([[1000.0, 999.0, -1000.0], [600.0, 598.0, 601.0], [-700.0, -699.0, -702.0]],
                        dtype=torch.float64)
-    return ns.info_nce_loss(big + torch.randn(3, 3, generator=gen).double())
+    noise = torch.randn(3, 3, generator=gen).double()
+    # float32 rows whose positive lies about 100 above the rest: a shift by anything but the row's largest
+    # score (the largest negative, the smallest score, none) overflows exp(100) > 3.4e38 to inf
+    gap = torch.tensor([[100.0, 0.0, 0.0], [90.0, 1.0, -3.0]]) + 0.1 * torch.randn(2, 3, generator=gen)
+    return [attempt(ns.info_nce_loss, big + noise), attempt(ns.info_nce_loss, gap)]
 
 
 @probe()

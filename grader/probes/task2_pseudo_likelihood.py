@@ -49,6 +49,9 @@ def tiny_causal_lm(gen: torch.Generator, vocab_size: int = 41, hidden: int = 32,
         return GPTNeoXForCausalLM(config).eval()
 
 
+COUNTER_REMOVED = "counter removed"   # the first of the counted sizes when the call removed the counter
+
+
 @contextmanager
 def count_forward_passes(model):
     """Yields a list that receives the batch size of every forward pass (hooked on the input embedding,
@@ -59,10 +62,15 @@ def count_forward_passes(model):
         ids = inputs[0]
         sizes.append(int(ids.shape[0]) if ids.dim() > 1 else 1)
 
-    handle = model.get_input_embeddings().register_forward_hook(hook)
+    embedding = model.get_input_embeddings()
+    handle = embedding.register_forward_hook(hook)
     try:
         yield sizes
     finally:
+        # a call that removed the counter (cleared the hooks, swapped the embedding) cannot be counted: say so,
+        # so that the batching cases fail instead of seeing only the passes before the removal
+        if handle.id not in embedding._forward_hooks or model.get_input_embeddings() is not embedding:
+            sizes.insert(0, COUNTER_REMOVED)
         handle.remove()
 
 

@@ -293,9 +293,9 @@ def predict_band(ns, gen):
 
 
 @probe()
-def predict_z(ns, gen):
+def predict_level(ns, gen):
     N, L = _scaling_data(gen, _int(gen, 5, 8))
-    return ns.predict_held_out(list(N), list(L), _int(gen, 3, len(N)), z=_uniform(gen, 0.5, 3.0))
+    return ns.predict_held_out(list(N), list(L), _int(gen, 3, len(N)), level=_uniform(gen, 0.5, 0.99))
 
 
 @probe()
