@@ -297,7 +297,7 @@ def test_both_model_notebooks_resolve_model_suite_in_one_place(stem):
     cells = json.loads((REPO / "solutions" / "ex01" / f"{stem}.ipynb").read_text(encoding="utf-8"))["cells"]
     sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
     params = [("".join(c["source"])) for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
-    assert len(params) == 1 and 'MODEL_SUITE = "auto"' in params[0]
+    assert len(params) == 1 and 'MODEL_SUITE = "mini"' in params[0], "offline by default: the hub is asked for"
     assert '"hub"' in params[0] and '"mini"' in params[0] and '"pythia"' not in params[0]
     calls = [s for s in sources if "resolve_model_suite(MODEL_SUITE, preset)" in s]
     assert len(calls) == 1
@@ -332,3 +332,94 @@ def test_the_cell_model_names_each_kind_of_graded_cell():
     assert not any(is_locked(c) or is_graded(c) for c in nb["cells"] if cell_role(c) == "answer")
     code_answer = {"cell_type": "code", "metadata": {"nbgrader": {"grade": True, "solution": True}}, "source": ""}
     assert is_manually_graded(code_answer) and not is_written_answer(code_answer) and not is_test(code_answer)
+
+
+# ------------------------------------------------------------------ progress bars end at 100 %
+def _code_sources():
+    """(where, source) of every code cell of the source notebooks (IPython magics blanked) and every module of utils/."""
+    for nb in sorted((REPO / "solutions" / "ex01").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(nb.read_text(encoding="utf-8"))["cells"]):
+            if cell["cell_type"] == "code":
+                src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+                yield f"{nb.name} cell {i}", "\n".join("" if line.lstrip()[:1] in "%!" else line for line in src.splitlines())
+    for path in sorted((REPO / "utils").glob("*.py")):
+        yield f"utils/{path.name}", path.read_text(encoding="utf-8")
+
+
+def _makes_bar(node) -> bool:
+    import ast
+
+    return any(isinstance(n, ast.Call) and (getattr(n.func, "id", None) or getattr(n.func, "attr", None)) in ("tqdm", "trange")
+               for n in ast.walk(node))
+
+
+def _exits_early(loop) -> bool:
+    """A ``break`` or ``return`` of ``loop``'s own body (not of a loop or function inside it)."""
+    import ast
+
+    todo = list(loop.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Break, ast.Return)):
+            return True
+        if not isinstance(node, (ast.For, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def short_bars(source: str) -> list[str]:
+    """Loops whose tqdm bar stops short of its total although the loop succeeds: a bar inside ``zip()`` as any
+    but its first argument (zip stops at the first argument that runs out, so a bar behind it is never asked
+    for its end: "67% 2/3", drawn red in Jupyter), or a loop over a bar that can ``break`` or ``return``."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "zip":
+            if any(_makes_bar(arg) for arg in node.args[1:]):
+                found.append(f"line {node.lineno}: a bar behind zip's first argument")
+        if isinstance(node, (ast.For, ast.While)) and _makes_bar(getattr(node, "iter", node.test if isinstance(node, ast.While) else node)) \
+                and _exits_early(node):
+            found.append(f"line {node.lineno}: a loop over a bar that can break out")
+    return found
+
+
+def test_progress_bars_end_at_100_percent():
+    """Task 1's critics bar once stayed red at "critics: 67% 2/3" after the cell succeeded (`zip(axes, tqdm(...))`)."""
+    import io
+
+    from tqdm import tqdm
+
+    problems = [f"{where}, {p}" for where, src in _code_sources() for p in short_bars(src)]
+    assert problems == [], problems
+    # the rule's premise, with a real bar: behind zip's first argument it stops one item short, in front it ends
+    quiet = dict(file=io.StringIO(), mininterval=0, miniters=1)   # every step shown, as a fast cell in Jupyter
+    behind, in_front = tqdm(range(3), **quiet), tqdm(range(3), **quiet)
+    assert list(zip("abc", behind)) and behind.n == 2
+    assert list(zip(in_front, "abc")) and in_front.n == 3
+    assert short_bars("for ax, x in zip(axes, tqdm(xs)):\n    pass\n") and not short_bars("for x, ax in zip(tqdm(xs), axes):\n    pass\n")
+    assert short_bars("for x in tqdm(xs):\n    if x:\n        break\n")
+    assert not short_bars("for x in tqdm(xs):\n    for y in ys:\n        break\n")
+
+
+def test_task1_critics_bar_ends_at_100_percent():
+    """The loop of Task 1's critics cell, run as released (body left out) over three stand-in critics."""
+    import ast
+    import io
+
+    from tqdm import tqdm
+
+    nb = json.loads((REPO / "notebooks" / "ex01" / "task1_infonce.ipynb").read_text(encoding="utf-8"))
+    source = next(src for c in nb["cells"] for src in ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]]
+                  if 'desc="critics"' in src and "critic_losses" in src)
+    loop = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.For) and _makes_bar(n.iter))
+    bars = []
+
+    def recording_tqdm(*args, **kwargs):
+        bars.append(tqdm(*args, **dict(kwargs, file=io.StringIO(), mininterval=0, miniters=1)))
+        return bars[-1]
+
+    stub = ast.Module(body=[ast.For(target=loop.target, iter=loop.iter, body=[ast.Pass()], orelse=[])], type_ignores=[])
+    exec(compile(ast.fix_missing_locations(stub), "critics", "exec"),
+         {"tqdm": recording_tqdm, "axes": ["ax0", "ax1", "ax2"], "critic_losses": {"a": 1, "b": 2, "c": 3}})
+    assert len(bars) == 1 and bars[0].n == bars[0].total == 3, f"critics bar at {bars[0].n}/{bars[0].total}"

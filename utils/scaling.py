@@ -6,7 +6,7 @@ It also gives the notebook's core two stand-ins: parameter counts looked up in a
 (:func:`known_parameter_counts`) and a simple held-out loss over disjoint blocks (:func:`block_loss`).
 The ideas (fitting and extrapolating a power law, splitting a compute budget; in the extensions,
 counting parameters and evaluating the loss the lm-evaluation-harness way) are the students' work in
-solutions/ex01/taskB_pythia_scaling.ipynb; this module only carries what surrounds them.
+the Task B notebook; this module only carries what surrounds them.
 """
 
 from __future__ import annotations
