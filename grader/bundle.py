@@ -31,6 +31,7 @@ import re
 import shutil
 import stat
 import tempfile
+import time
 import tokenize
 import tomllib
 import zipfile
@@ -46,8 +47,10 @@ CONFIG = GRADER_DIR / "bundle.toml"
 TEMPLATES = GRADER_DIR / "bundle_files"
 #: Staff-only: the test tools, and lm-evaluation-harness and datasets (only the tests and benchmarks
 #: compare against them; lm_eval also pulls sqlitedict, an sdist whose build prints setuptools warnings
-#: during the student's install). Students get everything else the notebooks import, pinned.
-STAFF_ONLY_REQUIREMENTS = ("pytest", "pytest-xdist", "playwright", "lm_eval", "datasets")
+#: during the student's install), copydetect (``python -m grader similarity``) and seaborn (the tests compare
+#: utils/plotting.py's written-out style with it; no notebook imports it). Any requirement line whose comment
+#: says "staff only" is left out too. Students get everything else the notebooks import, pinned.
+STAFF_ONLY_REQUIREMENTS = ("pytest", "pytest-xdist", "playwright", "lm_eval", "datasets", "copydetect", "seaborn")
 #: nbgrader's JupyterLab plugins a student should not see (course and assignment lists need a
 #: configured exchange; formgrader and create-assignment are for instructors).
 HIDDEN_NBGRADER_PLUGINS = ("assignment-list", "course-list", "formgrader", "create-assignment", "menu")
@@ -111,7 +114,8 @@ def _student_requirements(text: str) -> str:
     keep = []
     for line in text.splitlines():
         name = re.split(r"[=<>~! ]", line.strip().lstrip("- "), maxsplit=1)[0]
-        if name and not line.lstrip().startswith("#") and name in STAFF_ONLY_REQUIREMENTS:
+        if name and not line.lstrip().startswith("#") and (name in STAFF_ONLY_REQUIREMENTS
+                                                           or "staff only" in line.partition("#")[2].lower()):
             continue
         keep.append(line)
     return "\n".join(keep) + "\n"
@@ -214,12 +218,17 @@ def build_bundle(out: Path | None = None, *, pack_url: str | None = None,
         shutil.rmtree(folder)
         raise RuntimeError("the bundle would hand out solution code:\n  " + "\n  ".join(found[:20]))
 
+    # Every file carries the release's date (the student's file browser shows "modified today", not a fixed
+    # date months ago): this build's time, or $SOURCE_DATE_EPOCH for a reproducible zip.
+    released = int(os.environ.get("SOURCE_DATE_EPOCH") or time.time())
+    stamp = time.localtime(released)[:6]
     archive = out / f"{BUNDLE_NAME}.zip"
     partial = archive.with_suffix(".zip.partial")
     with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as zf:
         for path in sorted(folder.rglob("*")):
             if path.is_file():
-                info = zipfile.ZipInfo(str(Path(BUNDLE_NAME) / path.relative_to(folder)), date_time=(2026, 1, 1, 0, 0, 0))
+                os.utime(path, (released, released))
+                info = zipfile.ZipInfo(str(Path(BUNDLE_NAME) / path.relative_to(folder)), date_time=stamp)
                 mode = 0o755 if os.access(path, os.X_OK) else 0o644
                 info.external_attr = (stat.S_IFREG | mode) << 16
                 info.compress_type = zipfile.ZIP_DEFLATED

@@ -4,6 +4,7 @@ the lecturer's one configured pack URL (what a hosted notebook does with it: tes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -285,11 +286,14 @@ def test_validate_in_the_bundle_shows_the_graders_view(built, tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     assert "line 2 of your cell `n_pair_loss`, `_seen = gen.initial_seed()`" in out, out[-3000:]
-    assert "test cell `test_n_pair_loss` fails" in out and "name 'gen' is not defined" in out, out[-3000:]
+    assert "the test cell of `n_pair_loss` in \u201c(d) The older contrastive losses\u201d fails" in out, out[-3000:]
+    assert "name 'gen' is not defined" in out, out[-3000:]
     # the unfilled notebook: one line per problem, each cell named (nbgrader alone prints ~200 lines)
     unfilled = [line for line in out.splitlines() if line.startswith("unfilled_task1.ipynb:")]
-    assert "unfilled_task1.ipynb: nbgrader: written answer `answer_a` is still empty" in unfilled, unfilled
-    assert any("`test_info_nce_loss` stops at NotImplementedError" in line for line in unfilled), unfilled
+    assert ("unfilled_task1.ipynb: nbgrader: the written answer in \u201c(b) InfoNCE and noise-contrastive "
+            "estimation\u201d is still empty") in unfilled, unfilled   # the question the student sees, no grade id
+    assert any("the test cell of `info_nce_loss`" in line and "stops at NotImplementedError" in line
+               for line in unfilled), unfilled
     assert len(unfilled) <= 15, unfilled
     tail = proc.stdout.strip().splitlines()[-3:]
     assert tail[0].startswith("FAILED  task1_infonce.ipynb"), tail
@@ -375,6 +379,27 @@ def test_student_lab_opens_at_the_bundle_root_with_no_instructor_menus(built, tm
         server.stop()
 
 
+@contextlib.contextmanager
+def _local_index(tmp_path: Path):
+    """The URL of a local stand-in for PyTorch's CPU index (it answers, it holds nothing)."""
+    import functools
+    import http.server
+    import threading
+
+    (tmp_path / "index" / "whl" / "cpu" / "torch").mkdir(parents=True)
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path / "index")))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/whl/cpu"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 FAKE_PYTHON = '''#!/bin/sh
 echo "$@" >> "{log}"
 '''
@@ -393,14 +418,16 @@ def test_env_installs_the_pins_and_cpu_only_torch_on_request(built, tmp_path, va
     fake.parent.mkdir(parents=True)
     fake.write_text(FAKE_PYTHON.format(log=log))
     fake.chmod(0o755)
-    proc = subprocess.run(["./pack.sh", "env", *([variant] if variant else [])], cwd=copy, capture_output=True,
-                          text=True, timeout=60)
+    with _local_index(tmp_path) as index:   # pack.sh first checks that the index answers
+        proc = subprocess.run(["./pack.sh", "env", *([variant] if variant else [])], cwd=copy, capture_output=True,
+                              text=True, timeout=60, env=dict(os.environ, PACK_CPU_INDEX=index))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "CPU_INDEX=${PACK_CPU_INDEX:-https://download.pytorch.org/whl/cpu}" in (copy / "pack.sh").read_text()
     assert "6.3 GB" in proc.stdout, "pack.sh must say the measured size before installing"
     calls = log.read_text().splitlines()
     pins = {line.split("==")[0]: line.split()[0] for line in (copy / "requirements.txt").read_text().splitlines()
             if "==" in line and not line.startswith("#")}
-    cpu_calls = [c for c in calls if "download.pytorch.org/whl/cpu" in c]
+    cpu_calls = [c for c in calls if f"--index-url {index}" in c]
     if variant == "cpu":
         assert len(cpu_calls) == 1 and cpu_calls[0].split()[-2:] == [pins["torch"], pins["torchvision"]], calls
         assert calls.index(cpu_calls[0]) < next(i for i, c in enumerate(calls) if "-r requirements.txt" in c), calls
@@ -477,3 +504,152 @@ def test_the_student_is_never_pointed_at_a_file_the_bundle_lacks(built, tmp_path
     assert missing_references(planted) == ["README.md: benchmarks/simclr.py"]
     readme.write_text(readme.read_text().replace("Run `python", "In the course repository, run `python"))
     assert missing_references(planted) == []
+
+
+def test_the_students_check_of_every_notebook_agrees_with_the_grader(tmp_path):
+    """The grader's view that `./pack.sh validate` prints (utils/answer_loader.py): each notebook with the
+    course's own answers pasted into the release passes, as the grader gives it full marks (Task 2's and
+    Task B's models cells need the parameters the grader sets, MODEL_SUITE included), and each release as
+    handed out says what is missing."""
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    from grader.mutants import student_copy
+    from utils.answer_loader import check_notebook_isolated
+
+    jobs = {}
+    for solution_path in sorted((REPO / "solutions" / "ex01").glob("*.ipynb")):
+        release = json.loads((REPO / "notebooks" / "ex01" / solution_path.name).read_text())
+        solved = tmp_path / f"solved_{solution_path.name}"
+        solved.write_text(json.dumps(student_copy(release, json.loads(solution_path.read_text()))))
+        jobs[("solved", solution_path.stem)] = solved
+        jobs[("release", solution_path.stem)] = REPO / "notebooks" / "ex01" / solution_path.name
+    with ThreadPoolExecutor(2) as pool:
+        verdicts = dict(zip(jobs, pool.map(lambda p: check_notebook_isolated(str(p)), jobs.values())))
+    for (kind, stem), problems in verdicts.items():
+        if kind == "solved":
+            assert problems == [], (stem, problems)
+        else:
+            assert problems and any("NotImplementedError" in p for p in problems), (stem, problems)
+
+
+#: a repository-relative path to a file (a known top-level folder, then a name with an extension)
+REPO_PATH = re.compile(r"(?<![\w./-])((?:benchmarks|tests|grader|solutions|utils|data|notebooks|jupyter)/"
+                       r"(?:[\w.-]+/)*[\w.-]*\w\.(?:py|ipynb|md|sh|toml|txt|json|yml|yaml|csv|cfg))(?![\w/])")
+#: (file, path) pairs left as they are for now (none)
+NOT_YET: set = set()
+
+
+def absent_paths(folder: Path) -> list[str]:
+    """``"file: path"`` for every repository-relative file path written in any text file of the bundle
+    (every cell of a notebook) that the bundle does not hold, attributed to the course repository or not."""
+    found = []
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue   # binary (model weights, images)
+        rel = path.relative_to(folder).as_posix()
+        if path.suffix == ".ipynb":
+            cells = json.loads(text)["cells"]
+            text = "\n".join("".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells)
+        for ref in sorted(set(REPO_PATH.findall(text))):
+            if not (folder / ref).is_file() and (rel, ref) not in NOT_YET:
+                found.append(f"{rel}: {ref}")
+    return found
+
+
+def test_the_bundle_names_only_files_it_ships(built, tmp_path):
+    """No text of the bundle (README, notebooks, the setup cell's bootstrap, utils/ docstrings, data/ notes)
+    names a repository file the student does not have: once Task A named four staff scripts and the setup
+    cell the lecturer's settings file. "In the course repository", without a path, is how to refer to them."""
+    folder, _ = built
+    assert absent_paths(folder) == []
+    planted = tmp_path / "planted"
+    shutil.copytree(folder, planted)
+    (planted / "data" / "NOTES.md").write_text("See grader/bundle.toml, `tests/test_x.py` and utils/device.py.\n")
+    assert absent_paths(planted) == ["data/NOTES.md: grader/bundle.toml", "data/NOTES.md: tests/test_x.py"]
+
+
+#: what the student's tools run without the bundle's code importing it (requirement: why it ships)
+RUN_WITHOUT_IMPORT = {"tokenizers": "transformers' fast tokenizers", "safetensors": "transformers' weight files",
+                      "accelerate": "transformers' low-memory loading", "pillow": "torchvision's images",
+                      "jupyterlab": "./pack.sh lab", "ipykernel": "the notebooks' kernel",
+                      "nbclient": "./pack.sh run and validate", "nbconvert": "nbgrader's Validate"}
+IMPORT_NAME = {"scikit-learn": "sklearn", "pillow": "PIL"}
+
+
+def test_the_students_requirements_hold_only_what_a_student_runs(built):
+    """requirements.txt and environment.yml of the bundle: every pin is imported by the bundle's notebooks or
+    utils/, or run by the student's tools (RUN_WITHOUT_IMPORT); nothing staff-only (copydetect shipped once)."""
+    folder, _ = built
+    code = "\n".join(p.read_text(encoding="utf-8") for p in sorted(folder.rglob("*"))
+                     if p.suffix in (".py", ".ipynb") and p.is_file())
+    staff_marked = {line.split("==")[0] for line in (REPO / "requirements.txt").read_text().splitlines()
+                    if "staff only" in line.lower() and "==" in line}
+    assert "copydetect" in staff_marked | set(bundle.STAFF_ONLY_REQUIREMENTS)
+    for name in ("requirements.txt", "environment.yml"):
+        pins = [line.strip().lstrip("- ").split("==")[0] for line in (folder / name).read_text().splitlines()
+                if "==" in line and not line.lstrip().startswith("#")]
+        assert "torch" in pins and "jupyterlab" in pins, pins
+        assert not (set(pins) & (staff_marked | set(bundle.STAFF_ONLY_REQUIREMENTS))), f"{name}: {pins}"
+        unused = [pin for pin in pins if pin not in RUN_WITHOUT_IMPORT
+                  and not re.search(rf"(?:import|from) {IMPORT_NAME.get(pin, pin).replace('-', '_')}\b", code)]
+        assert unused == [], f"{name} ships what no student code imports: {unused}"
+
+
+def test_the_bundles_files_carry_the_release_date(built):
+    """Unzipped, every notebook shows the day the bundle was made, not a fixed date ("modified 11mo ago")."""
+    import datetime
+    import time
+
+    folder, archive = built
+    built_at = datetime.datetime.fromtimestamp(archive.stat().st_mtime)
+    with zipfile.ZipFile(archive) as zf:
+        dates = {datetime.datetime(*info.date_time) for info in zf.infolist()}
+    assert len(dates) == 1 and abs(dates.pop() - built_at) < datetime.timedelta(hours=1), "zip entries' date"
+    for nb in (folder / "notebooks" / "ex01").glob("*.ipynb"):
+        assert abs(nb.stat().st_mtime - archive.stat().st_mtime) < 3600, nb.name
+    assert time.time() - archive.stat().st_mtime < 86_400
+
+
+#: A base interpreter whose venvs hold a stand-in python that fails at `pip install -r requirements.txt`
+FAILING_VENV_PYTHON = r'''#!/bin/sh
+if [ "$1" = -m ] && [ "$2" = venv ]; then
+    mkdir -p "$3/bin"
+    printf '#!/bin/sh\ncase "$*" in *requirements.txt*) echo "ERROR: no matching distribution" >&2; exit 1;; esac\n' > "$3/bin/python"
+    chmod +x "$3/bin/python"
+    exit 0
+fi
+exec "{python}" "$@"
+'''
+
+
+def test_env_cpu_without_its_index_says_why_in_one_line_and_leaves_nothing(built, tmp_path):
+    """`./pack.sh env cpu` where PyTorch's CPU index cannot be reached once ended after ~50 pip retry warnings with
+    "No matching distribution found for cuda-bindings" and a .venv holding only pip. It checks the index first:
+    one line naming the index and the conda alternative, a non-zero exit, no .venv. And an install that fails
+    later (the index answers, pip does not) removes the .venv it made."""
+    folder, _ = built
+    copy = tmp_path / "bundle"
+    shutil.copytree(folder, copy)
+    unreachable = "http://127.0.0.1:9/whl/cpu"   # the discard port: nothing listens
+    env = dict(os.environ, PACK_CPU_INDEX=unreachable, PYTHON=sys.executable, PIP_NO_INDEX="1",
+               PIP_DISABLE_PIP_VERSION_CHECK="1")
+    proc = subprocess.run(["./pack.sh", "env", "cpu"], cwd=copy, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    assert len(lines) == 1 and unreachable in lines[0] and "conda env create -f environment.yml" in lines[0], lines
+    assert not (copy / ".venv").exists(), "a half-made .venv was left"
+
+    base = tmp_path / "python-base"
+    base.write_text(FAILING_VENV_PYTHON.replace("{python}", sys.executable))
+    base.chmod(0o755)
+    with _local_index(tmp_path) as index:
+        proc = subprocess.run(["./pack.sh", "env", "cpu"], cwd=copy, capture_output=True, text=True, timeout=120,
+                              env=dict(env, PACK_CPU_INDEX=index, PYTHON=str(base)))
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "no matching distribution" in proc.stderr and ".venv/ removed" in proc.stderr, proc.stderr
+    assert not (copy / ".venv").exists(), "a half-made .venv was left"

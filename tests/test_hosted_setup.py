@@ -113,7 +113,7 @@ def test_empty_pack_url_says_what_the_student_and_the_lecturer_do(tmp_path):
                  "ask your lecturer for the link to ex01-student.zip",  # a student on a hosted notebook...
                  "upload ex01-student.zip", "PACK_URL",                  # ... or uploads the zip themselves,
                  "%env LAS_PACK_URL=",                                   # also where the cell is read-only
-                 "pack_url in grader/bundle.toml", "python -m grader bundle"):  # the lecturer
+                 "set pack_url in its bundle settings", "python -m grader bundle"):  # the lecturer
         assert must in proc.stderr, f"the message does not say {must!r}:\n{proc.stderr[-2000:]}"
     assert "No module named 'utils'" not in proc.stderr, "the ImportError should not chain the first one"
 

@@ -97,3 +97,22 @@ def test_a_students_run_reports_unfilled_cells_and_runs_every_notebook(tmp_path)
     executed = tmp_path / "build" / "notebooks" / "smoke"
     assert (executed / "b_fine.ipynb").is_file() and (executed / "a_stub.ipynb").is_file()
     assert not (executed / "solutions").exists(), "a student's run has no answer key"
+
+
+def test_a_headless_run_prints_no_kernel_warning_a_student_cannot_act_on(tmp_path):
+    """`./pack.sh run` once printed ipykernel's "... susceptible to eavesdropping" warning for every notebook
+    (a kernel on the local TCP loopback, started and ended by the run itself: nothing for a student to do)."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell('PRESET = "cpu"', metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("print('ran', PRESET)")]
+    src, dst = tmp_path / "tiny.ipynb", tmp_path / "out" / "tiny.ipynb"
+    nbformat.write(nb, src)
+    code = ("import sys; from pathlib import Path; from utils.run_notebooks import execute_notebook; "
+            "execute_notebook(Path(sys.argv[1]), Path(sys.argv[2]), 'smoke')")
+    proc = subprocess.run([sys.executable, "-c", code, str(src), str(dst)], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, LAS_BUILD_DIR=str(tmp_path / "build")))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "eavesdropping" not in proc.stdout + proc.stderr, proc.stderr
+    outputs = [o.get("text", "") for c in nbformat.read(dst, as_version=4).cells for o in c.get("outputs", [])]
+    assert "ran smoke\n" in outputs, outputs

@@ -43,8 +43,8 @@ JUPYTER_STACK = ("jupyterlab", "ipykernel", "nbgrader", "nbformat", "nbclient", 
 
 #: The start of every notebook's setup cell (the course repository's tests check that all five carry
 #: it verbatim; :func:`with_setup_bootstrap` writes it into a cell). On a hosted notebook without the pack it
-#: fetches the zip from ``PACK_URL``, which ``python -m grader bundle`` stamps (grader/bundle.py's
-#: ``stamp_pack_url``; the grader's check of locked cells ignores that one line), and runs
+#: fetches the zip from ``PACK_URL``, which ``python -m grader bundle`` stamps (``stamp_pack_url``, in the course
+#: repository; the grader's check of locked cells ignores that one line), and runs
 #: :func:`install_pack` from the zip. Only what must run before the pack is on disk is here.
 SETUP_BOOTSTRAP = r"""
 try:  # Setup, run it first: the course pack, then imports, preset, device, seed and data
@@ -57,7 +57,7 @@ except ImportError:  # a hosted notebook (Colab, Kaggle, Binder, a JupyterHub) w
                           "own computer: run ./pack.sh env in the unpacked ex01-student folder;\n- Colab & co.: ask "
                           "your lecturer for the link to ex01-student.zip or upload ex01-student.zip; set PACK_URL to "
                           "it here or with %env LAS_PACK_URL=... in a new cell above;\n- lecturer (course repository): "
-                          "set pack_url in grader/bundle.toml, rerun python -m grader bundle.") from None
+                          "set pack_url in its bundle settings, rerun python -m grader bundle.") from None
     PACK_ZIP = urllib.request.urlretrieve(PACK_URL)[0] if "://" in PACK_URL else PACK_URL  # a link or a path
     sys.path.insert(0, os.path.join(PACK_ZIP, "ex01-student", "utils"))  # the installer, read from the zip
     import hosted_install

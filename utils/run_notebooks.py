@@ -92,6 +92,9 @@ def execute_notebook(src: Path, dst: Path, preset: str, timeout: int | None = No
             kernel_name="python3",
             progress_bar=False,
             execution_timeout=timeout,
+            # the kernel's own log at ERROR: otherwise every notebook prints ipykernel's warning that TCP on the
+            # loopback "is susceptible to eavesdropping", about a kernel this run starts and ends itself
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],
         )
     finally:
         for key, value in saved.items():

@@ -12,7 +12,12 @@ VENV=.venv
 PY=${PYTHON:-python3}
 
 # PyTorch's own index of CPU-only wheels: on Linux, PyPI's torch brings about 4 GB of CUDA libraries
-CPU_INDEX=https://download.pytorch.org/whl/cpu
+# ($PACK_CPU_INDEX: a mirror of it)
+CPU_INDEX=${PACK_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
+
+index_reachable() {   # index_reachable URL: the index answers (proxy settings as pip uses them)
+    "$PY" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=20).close()' "$1/torch/" 2>/dev/null
+}
 
 ensure_env() {   # ensure_env [cpu]
     local stamp want
@@ -21,6 +26,14 @@ ensure_env() {   # ensure_env [cpu]
     if [ -f "$stamp" ]; then
         if [ "${1:-}" = cpu ]; then echo "the environment exists already: remove .venv/ first to rebuild it CPU-only" >&2; fi
         return 0
+    fi
+    if [ "${1:-}" = cpu ] && ! index_reachable "$CPU_INDEX"; then
+        echo "./pack.sh env cpu: PyTorch's CPU-only index $CPU_INDEX cannot be reached (offline, or a proxy or firewall blocks it), nothing was installed: rerun when it can be reached, or use conda: conda env create -f environment.yml" >&2
+        exit 1
+    fi
+    # a failed install leaves no half-made environment behind (one that was there before stays)
+    if [ ! -e "$VENV" ]; then
+        trap "rc=\$?; if [ \$rc -ne 0 ]; then rm -rf '$VENV'; echo './pack.sh env${1:+ $1}: the install failed (pip says why above); $VENV/ removed, nothing half-made is left' >&2; fi" EXIT
     fi
     echo "== creating the environment in $VENV (first use only; measured on Linux x86_64: 6.3 GB installed,"
     echo "   4.1 GB of it PyTorch's CUDA libraries; about 2 minutes plus downloading the wheels;"
@@ -36,6 +49,7 @@ ensure_env() {   # ensure_env [cpu]
     # PYTHONWARNINGS: setuptools prints a boxed, harmless "Editable installation" warning otherwise
     PYTHONWARNINGS=ignore "$VENV/bin/python" -m pip install --quiet --no-deps -e .
     rm -f "$VENV"/.pack-env-* && touch "$stamp"
+    trap - EXIT
 }
 
 export PATH="$PWD/$VENV/bin:$PATH"
