@@ -328,14 +328,21 @@ def _unpack_download(zpath: Path, dest: Path, notes: list[str]) -> Path:
                 notes.append(f"{shown(zpath.name)}:{shown(info.filename)}: {problem}")
                 continue
             target = dest / info.filename.replace("\\", "/")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(info) as src, open(target, "wb") as out:
-                written = 0
-                while chunk := src.read(1 << 20):
-                    written += len(chunk)
-                    if written > MAX_DOWNLOAD_ENTRY:
-                        break
-                    out.write(chunk)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, open(target, "wb") as out:
+                    written = 0
+                    while chunk := src.read(1 << 20):
+                        written += len(chunk)
+                        if written > MAX_DOWNLOAD_ENTRY:
+                            raise Skipped("larger than its stated size")
+                        out.write(chunk)
+            except Exception as exc:  # noqa: BLE001 - encrypted, corrupt, a name clash: that entry alone
+                if target.is_file():
+                    target.unlink()
+                notes.append(f"{shown(zpath.name)}:{shown(info.filename)}: not unpacked ({exc.__class__.__name__}: "
+                             f"{shown(str(exc))[:120]})")
+                continue
             total += info.file_size
     return dest
 

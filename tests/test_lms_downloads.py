@@ -337,3 +337,18 @@ def test_a_download_unzipped_into_its_own_folder_and_online_text_entries(tmp_pat
     assert "ignored doejane_1001_text.html: not a notebook or a zip" in results["canvas_1001"].files
     assert not results["canvas_1001"].unreadable
     assert results["canvas_1020"].unreadable and results["canvas_1020"].lms["late"] is True
+
+
+def test_a_corrupt_entry_of_the_download_zip_costs_that_entry_alone(tmp_path):
+    course = _course(tmp_path)
+    packed = canvas_download(tmp_path / "zipped", CANVAS_CLASS[:3], built_at=BUILT, zipped=True)
+    data = bytearray(packed.read_bytes())
+    with zipfile.ZipFile(packed) as zf:
+        first = zf.infolist()[0]
+        start = first.header_offset + 30 + len(first.filename.encode()) + len(first.extra)
+    data[start:start + 8] = bytes(b ^ 0xFF for b in data[start:start + 8])   # its bytes, not the directory
+    packed.write_bytes(bytes(data))
+    results = _collect(course, packed)
+    strays = [r for r in results.values() if r.stray]
+    assert len(strays) == 1 and "not unpacked" in strays[0].problems[0], [r.problems for r in strays]
+    assert sum(not r.stray and not r.unreadable for r in results.values()) == 2
