@@ -1,7 +1,8 @@
 """Command line for TAs: ``python -m grader <verb>`` from the repository root.
 
 Verbs:
-  release              regenerate notebooks/ex01 (the student release) from solutions/ex01
+  release              regenerate notebooks/ex01 (the student release) from solutions/ex01 (--assignment NAME:
+                       solutions/NAME to notebooks/NAME)
   bundle               write build/bundle/ex01-student/ and its zip: what a lecturer hands out
                        (release notebooks, utils/, data/, its own README, packaging and pack.sh)
   collect PATH         import submissions (zips named by student id, student folders,
@@ -69,7 +70,7 @@ def _count(values) -> str:
 def cmd_release(args) -> int:
     from .release import generate_release
 
-    dest = generate_release()
+    dest = generate_release(assignment=_course(args).assignment)
     names = sorted(p.name for p in dest.glob("*.ipynb"))
     print(table([[n, "ok"] for n in names], ["notebook", "hidden tests / solutions leaked"]))
     print(f"released {len(names)} notebooks to {dest} (checked: no solution or hidden-test markers)")

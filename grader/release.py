@@ -91,14 +91,17 @@ def release_notebooks(source: Path, dest: Path, *, db_url: str | None = None, as
     return dest
 
 
-def generate_release(out_dir: Path | None = None) -> Path:
+def generate_release(out_dir: Path | None = None, assignment: str = ASSIGNMENT) -> Path:
     """Release solutions/ex01 (:func:`release_notebooks`) and return the folder holding the notebooks.
 
     With ``out_dir=None`` the release replaces notebooks/ex01 (what TAs commit); otherwise it is
     written to ``out_dir/ex01`` and the committed release is left alone (the drift test uses this).
     """
-    dest = (out_dir / ASSIGNMENT) if out_dir is not None else ROOT / "notebooks" / ASSIGNMENT
-    return release_notebooks(ROOT / "solutions" / ASSIGNMENT, dest)
+    dest = (out_dir / assignment) if out_dir is not None else ROOT / "notebooks" / assignment
+    source = ROOT / "solutions" / assignment
+    if not source.is_dir():
+        raise FileNotFoundError(f"no {source}: an assignment's source notebooks go in solutions/<assignment>/")
+    return release_notebooks(source, dest, assignment=assignment)
 
 
 def check_no_leaks(folder: Path) -> None:

@@ -316,6 +316,10 @@ def test_an_assignment_other_than_ex01_has_its_own_folders(tmp_path, monkeypatch
     assert Course().assignment == "ex03"
     with pytest.raises(ValueError, match="assignment"):
         Course(assignment="../ex01")
+    from grader.release import generate_release
+
+    with pytest.raises(FileNotFoundError, match="solutions/<assignment>"):   # release NAME: solutions/NAME
+        generate_release(tmp_path / "out", assignment="ex99")
 
 
 def test_a_download_unzipped_into_its_own_folder_and_online_text_entries(tmp_path):
