@@ -529,6 +529,37 @@ def _nbgrader_failures(log: str) -> dict[str, str]:
     return failed
 
 
+def pending_manual_grades(course: Course, students: list[str]) -> dict[tuple[str, str], list[str]]:
+    """(student, notebook) -> the grade ids of the answers a TA has not graded yet (nbgrader's gradebook)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    from .course import COURSE_ID
+
+    out: dict[tuple[str, str], list[str]] = {}
+    with Gradebook(course.db_url, COURSE_ID) as gb:
+        for student in students:
+            try:
+                submission = gb.find_submission(course.assignment, student)
+            except MissingEntry:
+                continue
+            for notebook in submission.notebooks:
+                waiting = [g.cell.name for g in notebook.grades if g.needs_manual_grade and g.manual_score is None]
+                if waiting:
+                    out[(student, notebook.name)] = waiting
+    return out
+
+
+def mark_pending(page: str, grade_ids) -> str:
+    """A feedback page with "to be graded" where nbgrader's template prints "0 / 3" for an answer the TA has
+    not graded yet (the table of contents and the answer's own score line)."""
+    for gid in grade_ids:
+        name = re.escape(str(gid))
+        page = re.sub(rf'(<a href="#{name}">[^<]*</a> \(Score: )[0-9.]+( / )', r"\g<1>to be graded\g<2>", page)
+        page = re.sub(rf'(<a name="{name}"></a>.{{0,600}}?Score: )[0-9.]+( / )', r"\g<1>to be graded\g<2>", page,
+                      count=1, flags=re.S)
+    return page
+
+
 #: Students per nbgrader process at least: each process costs about 3 s to start, a page about 0.5 s.
 STUDENTS_PER_RENDERER = 8
 
@@ -579,6 +610,7 @@ def feedback(course: Course, students: list[str] | None = None,
         if not staged:
             return done, problems
         class_rows(course)   # the late penalties into the gradebook, as export writes them
+        pending = pending_manual_grades(course, staged)
         count = feedback_workers(workers, len(staged))
         shares = [staged[i::count] for i in range(count)]
         roots = [tmp / f"part-{i}" for i in range(count)]
@@ -607,6 +639,7 @@ def feedback(course: Course, students: list[str] | None = None,
             for page in sorted(dest.glob("*.html")):
                 try:   # the last word: the body through the allow-list, whatever the steps before missed
                     text = hide_secrets(clean_page(page.read_text(encoding="utf-8")), secrets)
+                    text = mark_pending(text, pending.get((student, page.stem), ()))
                     page.write_text(text, encoding="utf-8")
                 except Exception as exc:  # noqa: BLE001 - never leave a page that was not cleaned
                     page.unlink()

@@ -123,6 +123,7 @@ def test_a_semester_on_canvas_and_on_moodle_runs_as_the_readme_says(tmp_path):
                 assert early.returncode == 0, early.stderr[-2000:]
                 page = (grading / "feedback" / "canvas_1012" / "ex01" / f"{STEM}.html").read_text(encoding="utf-8")
                 assert "Late submission penalty (Score: -2.0)" in page
+                assert "Written response</a> (Score: to be graded / " in page, "not 0 before the TA grades it"
         with open(grading / "grades.csv", newline="", encoding="utf-8") as f:
             rows = {r["student_id"]: r for r in csv.DictReader(f)}
         prefix, key = ("canvas_", "user_id") if lms == "canvas" else ("moodle_", "participant_id")
