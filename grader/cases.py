@@ -12,7 +12,10 @@ from dataclasses import dataclass
 class Case:
     """One named check: ``probe`` (in grader/probes/<stem>.py) gives the student's value, ``check``
     compares it with the solution's value and raises AssertionError(message) when it is wrong.
-    ``says`` is the requirement in the words of the task text, shown in the feedback."""
+    ``says`` is the requirement in the words of the task text, shown in the feedback. ``kind`` says
+    what the case checks (:data:`CASE_KINDS`); a "rule" or "given" case that checks an interface
+    convention names it in ``checks`` (:data:`RULE_CHECKS`), so that the accounting can tell what the
+    core's rule points buy (``python -m grader tiers``)."""
 
     cell: str
     probe: str
@@ -21,6 +24,7 @@ class Case:
     weight: float = 1.0
     requires: tuple = ()   # further probes that must pass for this case to score
     kind: str = "value"    # see CASE_KINDS; a check that expects an error is a "rule" whatever it says
+    checks: str = ""       # for a "rule" (or a "given" check of one): one of RULE_CHECKS
 
 
 #: What a case checks. Only "value" cases stand on their own; every other kind scores only when the
@@ -28,15 +32,42 @@ class Case:
 #: ordinary inputs; ``FUNCTIONS`` says which function each probe exercises), so an answer that computes
 #: nothing right earns nothing for its shape, its identities, its generator use or its error messages,
 #: while an edge-case value (stability, a degenerate input) that fails costs its own share only.
-#: "rule" (input validation, typing, random-state hygiene) weighs at most 10 % of the core's
-#: autograded points; "given" (a check of code the release gives) weighs 0 and is only reported.
+#: "value": what the function computes (an edge case, a numerical-stability or degenerate input
+#: included); "property": a property of the computation the sheet teaches (differentiable, one forward
+#: pass, no autograd graph, a shape or range, an invariance); "rule": an interface convention
+#: (:data:`RULE_CHECKS`), at most 10 % of the core's autograded points; "given": a check of code the
+#: release gives, weight 0, only reported.
 CASE_KINDS = ("value", "property", "rule", "given")
+
+#: The interface conventions a "rule" case checks, its ``checks`` tag: the maths is the same whichever
+#: way the convention goes. "dtype": a dtype or precision kept or returned; "return type": a Python
+#: float, int or bool against a tensor or array, a detached loss; "arguments": a default or an argument
+#: convention; "input form": the same formula on another form of input (an array of budgets for a
+#: number, a 0-dim tensor for a float, one sequence for a batch); "generator": draws come from the given
+#: generator (the same seed reproduces them, another seed gives others); "global state": the global
+#: random states are left alone; "mutation": the caller's inputs are left unchanged; "raises": an error
+#: for invalid input.
+RULE_CHECKS = ("dtype", "return type", "arguments", "input form", "generator", "global state", "mutation",
+               "raises")
 
 
 def case_kind(case: Case) -> str:
-    """The kind of ``case``: its ``kind``, except that an error-expecting check is a "rule"."""
+    """The kind of ``case``: its ``kind``, except that an error-expecting check is a "rule". A case
+    tagged with an interface convention (``checks``) must be a "rule" or "given" case."""
     if case.kind not in CASE_KINDS:
         raise ValueError(f"{case.probe}: kind {case.kind!r} is not one of {CASE_KINDS}")
+    if case.checks and case.checks not in RULE_CHECKS:
+        raise ValueError(f"{case.probe}: checks {case.checks!r} is not one of {RULE_CHECKS}")
+    if case.checks and case.kind not in ("rule", "given"):
+        raise ValueError(f"{case.probe}: checks {case.checks!r}, an interface rule, but declares kind {case.kind!r}")
     if case.kind == "value" and getattr(case.check, "expects_error", False):
         return "rule"
     return case.kind
+
+
+def rule_check(case: Case) -> str:
+    """What the interface rule of ``case`` checks: its ``checks`` tag, "raises" for an error-expecting
+    check without one, "" for a case that checks no interface rule."""
+    if case.checks:
+        return case.checks
+    return "raises" if getattr(case.check, "expects_error", False) else ""

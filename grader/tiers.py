@@ -14,7 +14,14 @@ autograded copy, where ``autograde`` puts each rubric under the answer it grades
 
 **The core proxy.** The issue's stand-in for "the core fits 8 hours": at most :data:`MAX_CORE_LINES`
 non-blank, non-comment lines between solution markers over all core answer cells, and at most
-:data:`MAX_CORE_WRITTEN` core written answers. ``python -m grader.tiers`` prints the table.
+:data:`MAX_CORE_WRITTEN` core written answers; the student reads at most :data:`MAX_CORE_MARKDOWN_WORDS`
+words of markdown in the core notebooks' release. ``python -m grader.tiers`` prints the table.
+
+**Points follow ideas.** Each core test cell's points are split over its judge cases by weight; a case's
+kind says what it checks (grader/cases.py CASE_KINDS): the core's "rule" cases (an interface convention:
+a dtype, a return type, an argument convention, an input form, generator use, the global random state,
+inputs left unchanged, an error) weigh at most :data:`MAX_CORE_RULE_SHARE` of the core's autograded points
+(:func:`core_rule_share`), and ``python -m grader tiers`` says what they buy (:func:`core_points_by_check`).
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ MAX_CORE_WRITTEN = 11
 #: At most this share of the core's autograded points may go to "rule" cases (input validation,
 #: typing, random-state hygiene; grader/judge.py's CASE_KINDS); "given" cases weigh nothing.
 MAX_CORE_RULE_SHARE = 0.10
+#: At most this many words (whitespace-split, math included) in the markdown cells of the core notebooks'
+#: student release (notebooks/<assignment>/<stem>.ipynb of every notebook with core points).
+MAX_CORE_MARKDOWN_WORDS = 8500
 
 _RUBRIC_HEAD = re.compile(r"^\*\*Rubric: `(?P<gid>[A-Za-z0-9_]+)` \((?P<pts>[0-9.]+) points?\)\*\*")
 _RUBRIC_ITEM = re.compile(r"^\s*[-*] \*\*(?P<pts>[0-9.]+) points?\*\*")
@@ -102,6 +112,64 @@ def core_points_by_kind(nb, stem: str) -> dict[str, float]:
         for c in mine:
             out[case_kind(c)] += pts * c.weight / total
     return out
+
+
+def core_points_by_check(nb, stem: str) -> dict[str, float]:
+    """{what a rule checks (grader/cases.py RULE_CHECKS): core autograded points} of one source notebook,
+    over its "rule" cases only (a "given" check of a rule weighs nothing)."""
+    from grader.cases import RULE_CHECKS, rule_check
+    from grader.judge import case_kind, load_cases
+
+    out = dict.fromkeys(RULE_CHECKS, 0.0)
+    cases = load_cases(stem)
+    for cell in notebook_cells(nb):
+        m = nbgrader_meta(cell)
+        if not (m.get("grade") and cell.get("cell_type") == "code") or is_extension(cell):
+            continue
+        mine = [c for c in cases if c.cell == m.get("grade_id")]
+        total = sum(c.weight for c in mine)
+        for c in mine:
+            if total and case_kind(c) == "rule":
+                tag = rule_check(c) or "unnamed"
+                out[tag] = out.get(tag, 0.0) + float(m.get("points") or 0) * c.weight / total
+    return out
+
+
+def core_stems(folder: Path) -> list[str]:
+    """The notebooks of ``folder`` (source notebooks) that carry core points, by name."""
+    return [p.stem for p in sorted(folder.glob("*.ipynb")) if core_proxy(p)["core_points"] > 0]
+
+
+def core_rule_share(folder: Path | None = None) -> tuple[dict[str, float], float]:
+    """({case kind: core autograded points} summed over the source notebooks of ``folder``, the share of
+    those points that "rule" cases earn): the number the 10 % limit holds."""
+    from . import ROOT
+
+    folder = folder or ROOT / "solutions" / "ex01"
+    kinds: dict[str, float] = {}
+    for path in sorted(folder.glob("*.ipynb")):
+        try:
+            by_kind = core_points_by_kind(path, path.stem)
+        except ModuleNotFoundError:
+            continue   # a notebook without a case table
+        for kind, pts in by_kind.items():
+            kinds[kind] = kinds.get(kind, 0.0) + pts
+    return kinds, kinds.get("rule", 0.0) / (sum(kinds.values()) or 1.0)
+
+
+def markdown_words(nb) -> int:
+    """Whitespace-split words of every markdown cell of ``nb`` (a path or a notebook dict), math included."""
+    return sum(len(cell_source(c).split()) for c in notebook_cells(nb) if c.get("cell_type") == "markdown")
+
+
+def core_markdown_words(folder: Path | None = None) -> dict[str, int]:
+    """{stem: markdown words of its student release} for every core notebook of the source ``folder``
+    (solutions/<assignment>); the release is notebooks/<assignment>/<stem>.ipynb."""
+    from . import ROOT
+
+    folder = folder or ROOT / "solutions" / "ex01"
+    release = ROOT / "notebooks" / folder.name
+    return {stem: markdown_words(release / f"{stem}.ipynb") for stem in core_stems(folder)}
 
 
 def gate_lines(stem: str) -> list[str]:
@@ -187,13 +255,22 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  rubric: {problem}")
     print(f"{'total':<36}{total['core_lines']:>11}{total['extension_lines']:>10}{total['core_written']:>13}"
           f"{total['extension_written']:>12}{total['core_points']:>9g}{total['extension_points']:>8g}")
-    kinds: dict[str, float] = {}
-    for path in sorted(folder.glob("*.ipynb")):
-        for kind, pts in core_points_by_kind(path, path.stem).items():
-            kinds[kind] = kinds.get(kind, 0.0) + pts
+    kinds, rule_share = core_rule_share(folder)
     autograded = sum(kinds.values()) or 1.0
-    print("core autograded points by case kind: " + ", ".join(f"{k} {v:.2f} ({v / autograded:.0%})"
-                                                           for k, v in kinds.items()))
+    print("core autograded points by what each case checks (its kind): "
+          + ", ".join(f"{k} {v:.2f} ({v / autograded:.1%})" for k, v in kinds.items()))
+    for path in sorted(folder.glob("*.ipynb")):
+        try:
+            by_kind = core_points_by_kind(path, path.stem)
+            by_check = core_points_by_check(path, path.stem)
+        except ModuleNotFoundError:
+            continue
+        if sum(by_kind.values()):
+            print(f"  {path.stem:<34}" + ", ".join(f"{k} {v:.2f}" for k, v in by_kind.items())
+                  + "; rules: " + (", ".join(f"{k} {v:.2f}" for k, v in by_check.items() if v) or "none"))
+    words = core_markdown_words(folder)
+    print(f"core markdown words (student release): {sum(words.values())} (limit {MAX_CORE_MARKDOWN_WORDS:,}): "
+          + ", ".join(f"{stem} {n}" for stem, n in words.items()))
     print("gates (a case that is not a value case scores only when the main value cases of its function pass):")
     for path in sorted(folder.glob("*.ipynb")):
         try:
@@ -203,9 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         for line in lines:
             print(f"  {path.stem}: {line}")
     print(f"limits: core lines <= {MAX_CORE_LINES}, core written answers <= {MAX_CORE_WRITTEN}, "
-          f"rule cases <= {MAX_CORE_RULE_SHARE:.0%} of core autograded points, given-code cases 0")
+          f"rule cases <= {MAX_CORE_RULE_SHARE:.0%} of core autograded points, given-code cases 0, "
+          f"core markdown words <= {MAX_CORE_MARKDOWN_WORDS:,}")
     bad |= total["core_lines"] > MAX_CORE_LINES or total["core_written"] > MAX_CORE_WRITTEN
-    bad |= kinds.get("rule", 0) / autograded > MAX_CORE_RULE_SHARE or kinds.get("given", 0) > 0
+    bad |= rule_share > MAX_CORE_RULE_SHARE or kinds.get("given", 0) > 0
+    bad |= sum(words.values()) > MAX_CORE_MARKDOWN_WORDS
     return 1 if bad else 0
 
 

@@ -415,6 +415,7 @@ def test_bert_mask_from_its_own_generator_or_the_global_one_loses_points(tmp_pat
 # ------------------------------------------------------------------------------ edge-case bugs and hollow answers
 #: Per notebook, mutants (grader/mutants/<stem>.py) whose one bug is an edge case: each loses its own case's
 #: share and nothing more (issue "Fair to the last point", item 1: the first three notebooks' are its examples).
+#: The bonus's is a rule (an input form, issue #50): a rule's bug, too, costs its own share only.
 EDGE_MUTANTS = {
     "task1_infonce": ("log-sum-exp shifted by the batch's largest score, not each row's",
                       "log-sum-exp shifted by the largest negative score, not the row's largest"),

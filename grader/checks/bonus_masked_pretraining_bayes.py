@@ -312,22 +312,24 @@ CASES = [
     Case("test_ppca_log_marginal", "lm_batch",
          "log p(x) = log N(x; mu, W W^T + sigma2 I), one multivariate normal, for x (N, D) -> (N,) float64",
          check_log_marginal, weight=2),
-    Case("test_ppca_log_marginal", "lm_single", "a single x (D,) gives a 0-d tensor", check_single_log_marginal),
+    Case("test_ppca_log_marginal", "lm_single", "a single x (D,) gives a 0-d tensor", check_single_log_marginal,
+         kind="rule", checks="input form"),
     Case("test_ppca_log_marginal", "lm_gradient", "gradients reach W, mu and sigma2 (everything in torch)", GRAD),
     Case("test_ppca_log_marginal", "lm_rejects_shapes", "a ValueError when W, mu and x disagree in shape",
-         expect_raises("ValueError")),
+         expect_raises("ValueError"), kind="rule", checks="raises"),
     # gaussian_conditional: the test cell's 3 points, shared by the weights below
     Case("test_gaussian_conditional", "gc_values",
          "mean mu_M + S_MR S_RR^-1 (x_R - mu_R) and Schur-complement covariance S_MM - S_MR S_RR^-1 S_RM, "
          "for x (N, D)", check_conditional, weight=2),
     Case("test_gaussian_conditional", "gc_order", "outputs in the order of masked_idx", check_conditional),
-    Case("test_gaussian_conditional", "gc_single", "a single x (D,) gives cond_mean (m,)", check_conditional),
+    Case("test_gaussian_conditional", "gc_single", "a single x (D,) gives cond_mean (m,)", check_conditional,
+         kind="rule", checks="input form"),
     Case("test_gaussian_conditional", "gc_all_masked", "R empty (everything masked): the marginal N(mu_M, S_MM)",
          check_conditional, kind="property"),
     Case("test_gaussian_conditional", "gc_rejects_shapes", "a ValueError for inconsistent shapes",
-         expect_raises("ValueError")),
+         expect_raises("ValueError"), kind="rule", checks="raises"),
     Case("test_gaussian_conditional", "gc_rejects_indices", "a ValueError for indices out of range or repeated",
-         expect_raises("ValueError")),
+         expect_raises("ValueError"), kind="rule", checks="raises"),
     # masked_score: the test cell's 3 points, shared by the weights below
     Case("test_masked_score", "ms_estimate",
          "S(x; m) estimated by (1/m) sum_{j in M} log p(x_j | x_R) over uniform masks of size m (within 4 "
@@ -341,12 +343,12 @@ CASES = [
          check_full_mask, kind="property"),
     Case("test_masked_score", "ms_gradient", "the estimate stays differentiable in W, mu and sigma2", GRAD),
     Case("test_masked_score", "ms_generator", "masks drawn with `generator`: the same seed reproduces the estimate",
-         check_generator, kind="rule"),
+         check_generator, kind="rule", checks="generator"),
     Case("test_masked_score", "ms_global_state",
          "masks drawn with `generator` (torch.randperm(D, generator=generator)): the global random state is left "
-         "alone", check_global_state, requires=("ms_estimate", "ms_batch"), kind="rule"),
+         "alone", check_global_state, requires=("ms_estimate", "ms_batch"), kind="rule", checks="global state"),
     Case("test_masked_score", "ms_rejects_m", "a ValueError unless 1 <= m <= D", expect_raises("ValueError"),
-         requires=("ms_estimate", "ms_batch")),
+         requires=("ms_estimate", "ms_batch"), kind="rule", checks="raises"),
     # masked_pretraining_objective: the test cell's 2 points, shared by the weights below
     Case("test_masked_pretraining_objective", "mo_estimate",
          "Proposition 1: sum over m = 1..D of S(x; m) lands within four true standard errors of log p(x)",
@@ -355,10 +357,10 @@ CASES = [
          "standard error of the sum = sqrt(sum_m SE_m^2), two 0-d tensors", check_objective_standard_error),
     Case("test_masked_pretraining_objective", "mo_generator",
          "your estimates of (d), masks drawn with `generator`: the same seed reproduces the sum, another seed "
-         "gives another", check_generator, kind="rule"),
+         "gives another", check_generator, kind="rule", checks="generator"),
     Case("test_masked_pretraining_objective", "mo_global_state",
          "your estimates of (d), masks drawn with `generator`: the global random state is left alone",
-         check_global_state, requires=("mo_estimate", "mo_standard_error"), kind="rule"),
+         check_global_state, requires=("mo_estimate", "mo_standard_error"), kind="rule", checks="global state"),
 ]
 
 # The function each probe exercises: a case that is not a value case scores only once the MAIN value cases of the
@@ -373,7 +375,7 @@ FUNCTIONS = {
 }
 
 # What each function computes on ordinary inputs: the value cases that gate its other cases (grader/judge.py
-# value_gates). Edge-case values (a single x, the order of masked_idx) stand alone.
+# value_gates). Edge-case values (the order of masked_idx) stand alone; a single x is an input form (a rule).
 MAIN = {
     "ppca_log_marginal": ("lm_batch",),
     "gaussian_conditional": ("gc_values",),

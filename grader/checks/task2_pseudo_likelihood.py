@@ -6,10 +6,12 @@ text, what it checks. Deterministic functions are compared with the solution's v
 ones (``single_index_estimate``, ``bert_mask``) by their distribution: every value is a possible one and the
 draws are uniform (a fixed position fails), the selection rate is q and the outcomes 80/10/10 within five
 standard errors in every quarter of the rows and of the columns (a rule applied in reading order fails), and
-a second, differently seeded call draws afresh (a fixed pattern fails). Their generator hygiene (a seeded
-call is reproducible, another seed gives other draws, the global random states of torch, NumPy and
-``random`` are left alone) is a "rule"; shapes, dtypes, batching, no_grad and untouched inputs are
-"property" cases: neither earns anything unless the function's value cases pass (grader/judge.py).
+a second, differently seeded call draws afresh (a fixed pattern fails). Interface conventions are "rule"
+cases with a small share (grader/cases.py RULE_CHECKS): generator hygiene (a seeded call is reproducible,
+another seed gives other draws, the global random states of torch, NumPy and ``random`` are left alone), a
+dtype kept, a 0-dim tensor accepted for a float, one sequence for a batch, untouched inputs; batching, one
+forward pass, no_grad and the q edges are "property" cases: neither earns anything unless the function's
+main value cases pass (grader/judge.py).
 
 The independent float64 references (one masked copy or one prefix per forward pass) that
 tests/test_task2_pseudo_likelihood.py checks the solution against are in tests/references/task2_pseudo_likelihood.py.
@@ -361,6 +363,8 @@ EXACT = expect_same(rtol=0.0, atol=0.0)
 check_reproducible_pair.draws = ("same seed",)
 check_other_seeds_differ.draws = ("other seed",)
 check_global_state_untouched.draws = ("global state",)
+# What each comparator of an interface rule checks (grader/cases.py RULE_CHECKS; tests/test_points_for_ideas.py).
+check_unchanged_input.interface = "mutation"
 
 # Weights are shares, not points: a comment "name: the test cell's N points" gives the points of the test
 # cell the cases under it belong to, and a case earns its weight's share of them (grader/judge.py: points x
@@ -375,19 +379,19 @@ CASES = [
     Case("test_mlm_loss", "mlm_loss_many_masks", "K masks [K, T] give [K] losses, one per mask (0 for an empty mask)",
          LOSS, weight=2),
     Case("test_mlm_loss", "mlm_loss_float64", "keeps the dtype of log_probs (float64 in, float64 out)", LOSS64,
-         kind="property"),
+         weight=0.5, kind="rule", checks="dtype"),
     Case("test_mlm_loss", "mlm_loss_unselected_inf", "an unselected position contributes exactly zero, even at -inf",
          LOSS),
     # masked_copies: the test cell's 1 point, shared by the weights below
     Case("test_masked_copies", "masked_copies_values",
-         "int64 [P, T]: row k is input_ids with positions[k] set to the mask id (repeats allowed)", EXACT, weight=2),
+         "row k is input_ids with positions[k] set to the mask id, repeats allowed (int64 [P, T])", EXACT, weight=2),
     Case("test_masked_copies", "masked_copies_permutation",
          "copy k replaces positions[k] by the mask token, for positions in any order (a permutation)", EXACT),
     Case("test_masked_copies", "masked_copies_input_unchanged", "input_ids is left unchanged", EXACT,
-         kind="property"),
+         weight=0.5, kind="rule", checks="mutation"),
     # conditional_log_probs: the test cell's 3 points, shared by the weights below
     Case("test_conditional_log_probs", "conditional_all_positions",
-         "float32 [T, V]: row t is the log-softmax at position t of the copy with t masked", TABLE, weight=2),
+         "row t is the log-softmax at position t of the copy with t masked (float32 [T, V])", TABLE, weight=2),
     Case("test_conditional_log_probs", "conditional_given_positions",
          "with positions given, row k belongs to positions[k]", TABLE, weight=2),
     Case("test_conditional_log_probs", "conditional_batches",
@@ -397,19 +401,21 @@ CASES = [
          expect_false("the result requires grad: compute it under torch.no_grad()"), kind="property"),
     # pseudo_log_likelihood / pseudo_perplexity: the test cell's 2 points, shared by the weights below
     Case("test_pseudo_log_likelihood", "pll_all_positions",
-         "PLL = sum of log p(x_t | x without t) over all positions, a 0-dim float32 tensor", PLL, weight=2),
+         "PLL = sum of log p(x_t | x without t) over all positions (a 0-dim float32 tensor)", PLL, weight=2),
     Case("test_pseudo_log_likelihood", "pll_given_positions", "with positions given, the sum runs over them only", PLL),
     Case("test_pseudo_log_likelihood", "pll_batches", "masked copies evaluated in batches of batch_size",
          check_batched_passes, kind="property"),
-    Case("test_pseudo_log_likelihood", "pppl_values", "pseudo_perplexity = exp(-PLL / T) as a Python float",
+    Case("test_pseudo_log_likelihood", "pppl_values", "pseudo_perplexity = exp(-PLL / T) (a Python float)",
          expect_python_floats()),
     Case("test_pseudo_log_likelihood", "pppl_tensor",
-         "pseudo_perplexity of a PLL given as a 0-dim tensor, a Python float", expect_python_floats()),
+         "the same formula for a PLL given as a 0-dim tensor, still a Python float", expect_python_floats(),
+         weight=0.5, kind="rule", checks="input form"),
     # single_index_estimate: the test cell's 3 points, shared by the weights below. Its values are a
     # distribution: each value case checks that every estimate is T * l_u AND that u is uniform, so a fixed
     # position or one draw repeated earns nothing.
     Case("test_single_index_estimate", "single_index_values",
-         "float32 [num_samples] of T * (-log p(x_U | x without U)), U uniform", check_uniform_estimates, weight=2),
+         "num_samples values of T * (-log p(x_U | x without U)), U uniform (float32 [num_samples])",
+         check_uniform_estimates, weight=2),
     Case("test_single_index_estimate", "single_index_given_positions",
          "U drawn uniformly from positions, and T = the number of scored positions", check_uniform_estimates,
          weight=2),
@@ -418,29 +424,30 @@ CASES = [
     Case("test_single_index_estimate", "single_index_one_pass", "all samples in ONE batched forward pass",
          check_passes_per_call, kind="property"),
     Case("test_single_index_estimate", "single_index_generator", "U drawn with the given generator (reproducible)",
-         check_reproducible_pair, weight=0.5, kind="rule"),
+         check_reproducible_pair, weight=0.25, kind="rule", checks="generator"),
     Case("test_single_index_estimate", "single_index_seeds_differ",
-         "U drawn with the given generator: another seed gives other draws", check_other_seeds_differ, weight=0.5,
-         kind="rule"),
+         "U drawn with the given generator: another seed gives other draws", check_other_seeds_differ, weight=0.25,
+         kind="rule", checks="generator"),
     Case("test_single_index_estimate", "single_index_global_state",
          "U drawn with the given generator: the global random state is left alone", check_global_state_untouched,
-         weight=0.5, kind="rule"),
+         weight=0.25, kind="rule", checks="global state"),
     # causal_log_probs / perplexity: the test cell's 2 points, shared by the weights below
     Case("test_causal_log_probs", "causal_no_context",
-         "float32 [T - 1]: log p(x_t | x_<t) from the logits shifted by one", TABLE, weight=2),
+         "log p(x_t | x_<t) from the logits shifted by one (float32 [T - 1])", TABLE, weight=2),
     Case("test_causal_log_probs", "causal_with_context", "with context_token_id prepended, all T tokens are predicted",
          TABLE, weight=2),
     Case("test_causal_log_probs", "causal_one_pass", "ONE forward pass per sequence", check_passes_per_call,
          kind="property"),
     Case("test_causal_log_probs", "causal_no_grad", "computed under torch.no_grad() (no autograd graph)",
          expect_false("the result requires grad: compute it under torch.no_grad()"), kind="property"),
-    Case("test_causal_log_probs", "perplexity_values", "perplexity = exp(-log p / T) as a Python float",
+    Case("test_causal_log_probs", "perplexity_values", "perplexity = exp(-log p / T) (a Python float)",
          expect_python_floats()),
     Case("test_causal_log_probs", "perplexity_tensor",
-         "perplexity of a log-likelihood given as a 0-dim tensor, a Python float", expect_python_floats()),
+         "the same formula for a log-likelihood given as a 0-dim tensor, still a Python float",
+         expect_python_floats(), weight=0.5, kind="rule", checks="input form"),
     # conditionals_compatible (extension): the test cell's 3 points, shared by the weights below
     Case("test_conditionals_compatible", "compatible_joints",
-         "True (a Python bool) for the conditionals of a joint, float64 or float32 (among pairs that are not)",
+         "True for the conditionals of a joint, float64 or float32, among pairs that are not (a Python bool)",
          check_bools, weight=2),
     Case("test_conditionals_compatible", "incompatible_tables", "False for conditionals that come from no joint",
          check_bools, weight=2),
@@ -450,30 +457,31 @@ CASES = [
          check_bools),
     Case("test_conditionals_compatible", "compatible_rejects",
          "a ValueError for different shapes, negative entries, or rows/columns that do not sum to one",
-         expect_raises("ValueError")),
+         expect_raises("ValueError"), kind="rule", checks="raises"),
     # bert_mask (extension): the test cell's 3 points, shared by the weights below. Both value cases call it
     # twice, with differently seeded generators: a fixed pattern, however well its rates are tuned, fails.
     Case("test_bert_mask", "bert_mask_selection",
-         "selection with probability q on non-special tokens, anywhere in the batch, from the generator; labels the "
-         "original id where selected, else -100", check_bert_labels_and_specials, weight=2),
+         "selection with probability q on non-special tokens, anywhere in the batch (drawn from the generator); "
+         "labels the original id where selected, else -100", check_bert_labels_and_specials, weight=2),
     Case("test_bert_mask", "bert_mask_replacements",
          "selected: 80 % [MASK], 10 % uniformly random token, 10 % unchanged, drawn per token (not by its place)",
          check_bert_80_10_10, weight=2),
     Case("test_bert_mask", "bert_mask_q_edges", "q = 0 selects nothing, q = 1 every non-special token",
          check_bert_q_edges, kind="property"),
     Case("test_bert_mask", "bert_mask_one_sequence", "one sequence [T] works as well as a batch [B, T]",
-         check_bert_one_sequence, kind="property"),
+         check_bert_one_sequence, kind="rule", checks="input form"),
     Case("test_bert_mask", "bert_mask_generator", "everything drawn from the given generator", check_reproducible_pair,
-         kind="rule"),
+         kind="rule", checks="generator"),
     Case("test_bert_mask", "bert_mask_seeds_differ",
          "everything drawn from the given generator: another seed gives other draws", check_other_seeds_differ,
-         kind="rule"),
+         kind="rule", checks="generator"),
     Case("test_bert_mask", "bert_mask_global_state",
          "everything drawn from the given generator: the global random state is left alone",
-         check_global_state_untouched, kind="rule"),
+         check_global_state_untouched, kind="rule", checks="global state"),
     Case("test_bert_mask", "bert_mask_input_unchanged", "input_ids is not modified", check_unchanged_input,
-         kind="property"),
-    Case("test_bert_mask", "bert_mask_rejects_q", "a ValueError unless 0 <= q <= 1", expect_raises("ValueError")),
+         kind="rule", checks="mutation"),
+    Case("test_bert_mask", "bert_mask_rejects_q", "a ValueError unless 0 <= q <= 1", expect_raises("ValueError"),
+         kind="rule", checks="raises"),
 ]
 
 # The function each probe exercises: a case that is not a value case scores only once the MAIN value cases of the

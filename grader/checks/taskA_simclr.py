@@ -422,6 +422,9 @@ def check_knn_values(got, ref) -> None:
 check_reproducible.draws = ("same seed", "other seed")
 check_step_generator.draws = ("same seed", "other seed")
 check_global_state_untouched.draws = ("global state",)
+# What each comparator of an interface rule checks (grader/cases.py RULE_CHECKS; tests/test_points_for_ideas.py).
+check_probe_inputs_unchanged.interface = "mutation"
+check_step_detached.interface = "return type"
 
 # Weights are shares, not points: a comment "name: the test cell's N points" gives the points of the test
 # cell the cases under it belong to, and a case earns its weight's share of them (grader/judge.py: points x
@@ -447,14 +450,16 @@ CASES = [
     Case("test_random_resized_crop_flip", "crop_independent", "independent crop parameters for every image",
          expect_independent("random_resized_crop_flip"), kind="property"),
     Case("test_random_resized_crop_flip", "crop_generator", "all random numbers drawn with `generator`",
-         check_reproducible, kind="property"),
+         check_reproducible, kind="rule", checks="generator"),
     Case("test_random_resized_crop_flip", "crop_global_state",
          "all random numbers drawn with `generator`, never with Python's `random`: the global random states are "
-         "left alone", check_global_state_untouched, kind="rule"),
+         "left alone", check_global_state_untouched, kind="rule", checks="global state"),
     Case("test_random_resized_crop_flip", "crop_rejects",
-         "a ValueError for anything but a floating-point [N, 3, H, W] tensor", expect_raises("ValueError")),
+         "a ValueError for anything but a floating-point [N, 3, H, W] tensor", expect_raises("ValueError"),
+         kind="rule", checks="raises"),
     # colour_distort (extension): the test cell's 4 points, shared by the weights below
-    Case("test_colour_distort", "colour_dtype_and_range", "float [N, 3, H, W] in [0, 1], same dtype",
+    Case("test_colour_distort", "colour_dtype_and_range",
+         "values clamped to [0, 1] (float [N, 3, H, W], the input's dtype)",
          check_colour_dtype_and_range, kind="property"),
     Case("test_colour_distort", "colour_identity", "no jitter and no grayscale (or zero strengths): the images",
          expect_same(rtol=0, atol=1e-5), kind="property"),
@@ -475,10 +480,10 @@ CASES = [
     Case("test_colour_distort", "colour_independent", "independent factors for every image",
          expect_independent("colour_distort"), kind="property"),
     Case("test_colour_distort", "colour_generator", "all random numbers drawn with `generator`", check_reproducible,
-         kind="property"),
+         kind="rule", checks="generator"),
     Case("test_colour_distort", "colour_global_state",
          "all random numbers drawn with `generator`: the global random states are left alone",
-         check_global_state_untouched, kind="rule"),
+         check_global_state_untouched, kind="rule", checks="global state"),
     # augment_batch (extension; given, built on the two functions above):
     # the test cell's 2 points, shared by the weights below
     Case("test_augment_batch", "augment_uint8", "uint8 images give float32 [N, 3, size, size] views in [0, 1]",
@@ -489,30 +494,30 @@ CASES = [
          expect_same(rtol=0, atol=1e-5), kind="property"),
     Case("test_augment_batch", "augment_generator",
          "all random numbers drawn with `generator` (through both functions): the same seed gives the same views, "
-         "another seed others", check_reproducible, kind="property"),
+         "another seed others", check_reproducible, kind="rule", checks="generator"),
     Case("test_augment_batch", "augment_global_state",
          "all random numbers drawn with `generator`: the global random states are left alone",
-         check_global_state_untouched, kind="rule"),
+         check_global_state_untouched, kind="rule", checks="global state"),
     # nt_xent_loss_loop: the test cell's 2 points, shared by the weights below
     Case("test_nt_xent_loss_loop", "nt_xent_loop_float64",
          "mean over the 2N anchors of l_i, every k != i in the denominator (float64 in, float64 0-dim out)",
          expect_same(rtol=1e-7, atol=1e-8), weight=2),
     Case("test_nt_xent_loss_loop", "nt_xent_loop_float32", "the input's dtype kept (float32)",
-         expect_same(rtol=2e-4, atol=1e-4), kind="property"),
+         expect_same(rtol=2e-4, atol=1e-4), weight=0.25, kind="rule", checks="dtype"),
     Case("test_nt_xent_loss_loop", "nt_xent_loop_gradient", "torch operations: differentiable",
          expect_same(rtol=1e-6, atol=1e-9), kind="property"),
-    # nt_xent_loss: the test cell's 4 points, shared by the weights below
+    # nt_xent_loss: the test cell's 3 points, shared by the weights below
     Case("test_nt_xent_loss", "nt_xent_float64", "mean NT-Xent over the 2N views (float64 in, float64 0-dim out)",
          expect_same(rtol=1e-7, atol=1e-8), weight=2),
     Case("test_nt_xent_loss", "nt_xent_float32", "the input's dtype kept (float32)", expect_same(rtol=2e-4, atol=1e-4),
-         kind="property"),
+         weight=0.25, kind="rule", checks="dtype"),
     Case("test_nt_xent_loss", "nt_xent_gradient", "differentiable: the gradient a training step needs",
          expect_same(rtol=1e-6, atol=1e-9), kind="property"),
     # the input checks are given code in the answer cell: reported, worth nothing
     Case("test_nt_xent_loss", "nt_xent_rejects_shapes", "a ValueError unless z1 and z2 are two [N, d] of one shape",
-         expect_raises("ValueError"), weight=0, kind="given"),
+         expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
     Case("test_nt_xent_loss", "nt_xent_rejects_temperature", "a ValueError for a temperature that is not positive",
-         expect_raises("ValueError"), weight=0, kind="given"),
+         expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
     # ProjectionHead: the test cell's 2 points, shared by the weights below
     Case("test_projection_head", "head_values",
          "output of Linear -> BatchNorm1d -> ReLU -> Linear (with known weights, train mode)",
@@ -521,49 +526,49 @@ CASES = [
          expect_same(rtol=1e-3, atol=1e-4), kind="property"),
     # the defaults are the given signature's
     Case("test_projection_head", "head_defaults", "defaults hidden_dim=1024, out_dim=128",
-         expect_same(rtol=1e-4, atol=1e-4), weight=0, kind="given"),
+         expect_same(rtol=1e-4, atol=1e-4), weight=0, kind="given", checks="arguments"),
     # simclr_train_step: the test cell's 3 points, shared by the weights below
     Case("test_simclr_train_step", "train_step_two_steps", "augment called twice, once per view", check_step_augment_calls,
          kind="property"),
     Case("test_simclr_train_step", "train_step_two_steps",
          "loss and parameters after two steps (one batch of 2N, NT-Xent on the halves, one optimiser step)",
-         check_step_values, weight=2),
+         check_step_values, weight=3),
     Case("test_simclr_train_step", "train_step_two_steps", "BatchNorm sees both views in one forward pass",
          check_step_batchnorm, kind="property"),
     Case("test_simclr_train_step", "train_step_returns_detached", "returns the loss detached, a 0-dim float32 tensor",
-         check_step_detached, kind="property"),
+         check_step_detached, weight=0.25, kind="rule", checks="return type"),
     Case("test_simclr_train_step", "train_step_default_augment", "augment=None uses the given simclr_augment",
-         check_step_default_augment, kind="property"),
+         check_step_default_augment, weight=0.25, kind="rule", checks="arguments"),
     Case("test_simclr_train_step", "train_step_bf16",
          "with autocast_dtype=bfloat16: encoder and head under autocast, trains, float32 loss",
          check_step_bf16, kind="property"),
     Case("test_simclr_train_step", "train_step_generator",
          "augment called as augment(images, generator): the same seed gives the same step, another seed another",
-         check_step_generator, kind="property"),
+         check_step_generator, weight=0.25, kind="rule", checks="generator"),
     Case("test_simclr_train_step", "train_step_global_state",
          "augment called as augment(images, generator): the global random states are left alone",
-         check_global_state_untouched, kind="rule"),
-    # linear_probe_accuracy: the test cell's 3 points, shared by the weights below
+         check_global_state_untouched, weight=0.25, kind="rule", checks="global state"),
+    # linear_probe_accuracy: the test cell's 2 points, shared by the weights below
     Case("test_linear_probe_accuracy", "probe_accuracy",
-         "a Python float: the test accuracy of the trained probe's logits (easy, hard and mislabelled test sets)",
+         "the test accuracy of the trained probe's logits on easy, hard and mislabelled test sets (a Python float)",
          check_probe_accuracy, weight=2),
     Case("test_linear_probe_accuracy", "probe_standardises", "features standardised with the training mean and std",
          check_probe_standardises),
     Case("test_linear_probe_accuracy", "probe_inputs_unchanged", "the caller's tensors are left unchanged",
-         check_probe_inputs_unchanged, kind="property"),
+         check_probe_inputs_unchanged, weight=0.25, kind="rule", checks="mutation"),
     # the shape checks, the seeded shuffle and the training loop are given code: reported, worth nothing
     Case("test_linear_probe_accuracy", "probe_deterministic", "two calls with the same seed give the same result",
-         check_probe_deterministic, weight=0, kind="given"),
+         check_probe_deterministic, weight=0, kind="given", checks="generator"),
     Case("test_linear_probe_accuracy", "probe_test_set_unused", "the test set plays no part in training",
          check_probe_test_set_unused, weight=0, kind="given"),
     Case("test_linear_probe_accuracy", "probe_rejects", "a ValueError for features and labels of inconsistent shapes",
-         expect_raises("ValueError"), weight=0, kind="given"),
-    # knn_accuracy: the test cell's 3 points, shared by the weights below
+         expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
+    # knn_accuracy: the test cell's 2 points, shared by the weights below
     Case("test_knn_accuracy", "knn_values", "cosine kNN majority vote, ties to the smallest class id (a Python float)",
          check_knn_values, weight=2),
     Case("test_knn_accuracy", "knn_chunked", "the result does not depend on batch_size", check_knn_values),
     Case("test_knn_accuracy", "knn_rejects_k", "a ValueError when k is not between 1 and N (given code)",
-         expect_raises("ValueError"), weight=0, kind="given"),
+         expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
 ]
 
 # The function each probe exercises: a case that is not a value case scores only once the MAIN value cases of

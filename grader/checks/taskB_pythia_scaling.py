@@ -146,6 +146,7 @@ def expect_dtype(dtype: str):
             if not isinstance(g, np.ndarray) or str(g.dtype) != dtype:
                 raise AssertionError(f"call {i + 1}: expected a {dtype} array, but it {describe(g)}"
                                      + (f" of dtype {g.dtype}" if isinstance(g, np.ndarray) else ""))
+    check.interface = "dtype"   # what this comparator checks (grader/cases.py RULE_CHECKS)
     return check
 
 
@@ -203,13 +204,14 @@ def check_irreducible_fit(got, ref) -> None:
 CASES = [
     # count_parameters: the test cell's 2 points, shared by the weights below
     Case("test_count_parameters", "count_config",
-         "(total, non_embedding) as Python ints from a config, embeddings and unembedding excluded, a tied matrix "
-         "once", check_counts, weight=3),
+         "(total, non_embedding) from a config: embeddings and unembedding excluded, a tied matrix once "
+         "(Python ints)", check_counts, weight=3),
     Case("test_count_parameters", "count_model", "the same counts from a model", check_counts, weight=2),
     Case("test_count_parameters", "count_pythia_config", "a Pythia configuration (meta device, no weights)",
          check_counts),
     Case("test_count_parameters", "count_rejects_non_model", "a TypeError for anything that is neither a model nor "
-         "a config", expect_raises("TypeError", "ValueError"), requires=("count_config", "count_model")),
+         "a config", expect_raises("TypeError", "ValueError"), requires=("count_config", "count_model"), kind="rule",
+         checks="raises"),
     # evaluate_loss: the test cell's 4 points, shared by the weights below
     Case("test_evaluate_loss", "eval_windows",
          "total log-likelihood and tokens: end-of-text before each document, disjoint windows of max_length "
@@ -223,25 +225,26 @@ CASES = [
     Case("test_evaluate_loss", "eval_max_length", "a single string scored with a max_length shorter than the "
          "model's", check_loglikelihood),
     Case("test_evaluate_loss", "eval_rejects_empty", "a ValueError when there is nothing to score",
-         expect_raises("ValueError"), requires=("eval_windows", "eval_metrics")),
+         expect_raises("ValueError"), requires=("eval_windows", "eval_metrics"), kind="rule", checks="raises"),
     Case("test_evaluate_loss", "eval_rejects_no_config", "a TypeError for a model without a .config",
-         expect_raises("TypeError", "ValueError"), requires=("eval_windows", "eval_metrics")),
+         expect_raises("TypeError", "ValueError"), requires=("eval_windows", "eval_metrics"), kind="rule",
+         checks="raises"),
     # tokens_seen and training_compute: the test cell's 2 points, shared by the weights below; the input checks
     # are given code (weight 0, reported only)
     Case("test_bookkeeping", "tokens_seen_scalar", "tokens_seen(step) = step x tokens_per_step for a number",
          check_exact_numbers),
-    Case("test_bookkeeping", "tokens_seen_array", "tokens_seen on int64 and int32 arrays: the exact token counts "
-         "(Pythia's overflow int32)", expect_array_values(0.0), weight=2),
+    Case("test_bookkeeping", "tokens_seen_array", "tokens_seen on arrays of steps, int32 steps included: the exact "
+         "token counts (143,000 x 2,097,152 overflows int32)", expect_array_values(0.0), weight=2),
     Case("test_bookkeeping", "tokens_seen_dtype", "tokens_seen on an array returns an int64 array",
-         expect_dtype("int64"), weight=0.5, kind="property"),
+         expect_dtype("int64"), weight=0.25, kind="rule", checks="dtype"),
     Case("test_bookkeeping", "tokens_seen_rejects_negative",
          "a ValueError for a negative step or a tokens_per_step that is not positive (given code)",
-         expect_raises("ValueError"), weight=0, kind="given"),
+         expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
     Case("test_bookkeeping", "compute_scalar", "training_compute(N, D) = 6 N D FLOPs for numbers", check_close_numbers),
     Case("test_bookkeeping", "compute_array", "training_compute on arrays (broadcast): 6 N D without int64 overflow "
          "at pythia-12b", expect_array_values(1e-12), weight=2),
     Case("test_bookkeeping", "compute_dtype", "training_compute on arrays returns a float64 array",
-         expect_dtype("float64"), weight=0.5, kind="property"),
+         expect_dtype("float64"), weight=0.25, kind="rule", checks="dtype"),
     # fit_power_law: the test cell's 4 points, shared by the weights below; the irreducible=True branch and the
     # input checks are given code (weight 0, reported only)
     Case("test_fit_power_law", "fit_pure",
@@ -254,7 +257,7 @@ CASES = [
          "(given code)", check_irreducible_fit, weight=0, kind="given"),
     Case("test_fit_power_law", "fit_rejects_bad_input",
          "a ValueError for mismatched lengths, non-positive values, or fewer than 3 (4 with irreducible) points "
-         "(given code)", expect_raises("ValueError"), weight=0, kind="given"),
+         "(given code)", expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
 ]
 
 
@@ -367,23 +370,25 @@ CASES += [
     # predict_held_out: the test cell's 4 points, shared by the weights below
     Case("test_predict_held_out", "predict_values",
          "the held-out sizes in increasing N, predicted by the pure power law fitted (with fit_power_law) on the "
-         "n_fit smallest models; float NumPy arrays", check_prediction, weight=2),
+         "n_fit smallest models (float NumPy arrays)", check_prediction, weight=2),
     Case("test_predict_held_out", "predict_band",
          "the prediction interval L_pred exp(-+ t s), t = stats.t.ppf((1 + level) / 2, n_fit - 2), "
          "s = alpha_err sqrt(S + S/n + (x0 - x_bar)^2), S = sum((x - x_bar)^2) over the fitted ln N", check_band,
          weight=2),
-    Case("test_predict_held_out", "predict_level", "lists as input and another level", check_band),
+    Case("test_predict_held_out", "predict_level", "the band for another level (the data given as lists)", check_band),
     Case("test_predict_held_out", "predict_rejects_bad_split",
          "a ValueError when n_fit < 3 or nothing is held out (given code)", expect_raises("ValueError"),
-         weight=0, kind="given"),
+         weight=0, kind="given", checks="raises"),
     # compute_optimal: the test cell's 4 points, shared by the weights below
     Case("test_compute_optimal", "optimal_scalar",
          "(N_opt, D_opt) as two numbers for a number: 6 N_opt D_opt = C and N_opt minimises L(N, C / (6 N)) "
          "(checked against a numeric minimisation)", check_optimal_numbers, weight=2),
+    # the same split for an array of budgets: the scalar case's formula, so the array form is a rule
     Case("test_compute_optimal", "optimal_array",
-         "two arrays for an array of budgets, each split optimal", check_optimal_arrays, weight=2),
+         "two arrays for an array of budgets, each split optimal", check_optimal_arrays, weight=0.25, kind="rule",
+         checks="input form"),
     Case("test_compute_optimal", "optimal_rejects_bad_budget", "a ValueError for a budget that is not positive "
-         "(given code)", expect_raises("ValueError"), weight=0, kind="given"),
+         "(given code)", expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
 ]
 
 # The function each probe exercises: a case that is not a value case scores only once the MAIN value cases of
