@@ -294,7 +294,7 @@ def run_cpu_preset(cifar: str, threads: int) -> dict:
         "target_met": accuracy_met and margin_met and within_budget,
         "knn": results["knn"],
         "alignment_uniformity": results["alignment_uniformity"],
-        "ablation": results["ablation"],
+        "ablation": results.get("ablation"),
         "augmentation_ablation": results.get("augmentation_ablation"),
         "executed_notebook": str(run_dir / "taskA_simclr.ipynb"),
     }
