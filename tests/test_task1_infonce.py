@@ -121,6 +121,31 @@ def test_a_cosine_critic_is_capped_by_its_temperature(solution):
     assert float(solution["info_nce_loss"](best)) == pytest.approx(floor, rel=1e-12)
 
 
+def test_with_independent_negatives_a_cosine_critic_certifies_about_one_over_tau(solution):
+    """The takeaway's limit: for unit vectors u, v the positive's mean cosine beats the negatives' by
+    mean_i (u_i - u_bar).(v_i - v_bar) <= 1 (Cauchy-Schwarz; an identity on any sample), so by Jensen the expected
+    estimate is at most log(K+1) - log(1 + K e^(-1/tau)), about 1/tau, not the 2/tau of a single best row. Perfectly
+    aligned positives with isotropic independent negatives come within a few hundredths of it."""
+    gen = torch.Generator().manual_seed(4)
+    n, d, k, tau = 2000, 64, 255, 0.5
+    for cluster in (0.0, 1.0, 4.0):   # isotropic to tightly clustered embeddings, positives noisy copies
+        u = F.normalize(torch.randn(n, d, generator=gen, dtype=torch.float64) + cluster, dim=1)
+        v = F.normalize(u + 0.05 * torch.randn(n, d, generator=gen, dtype=torch.float64), dim=1)
+        gap = float((u * v).sum(1).mean() - u.mean(0) @ v.mean(0))
+        assert gap == pytest.approx(float(((u - u.mean(0)) * (v - v.mean(0))).sum(1).mean()), abs=1e-12)
+        assert gap <= 1.0 + 1e-12, (cluster, gap)
+    u = F.normalize(torch.randn(n, d, generator=gen), dim=1)
+    negatives = F.normalize(torch.randn(n, k, d, generator=gen), dim=2)
+    scores = solution["cosine_scores"](u, torch.cat([u[:, None], negatives], dim=1), tau)
+    estimate = math.log(k + 1) - float(solution["info_nce_loss"](scores))
+    limit = math.log(k + 1) - math.log1p(k * math.exp(-1 / tau))
+    hard_cap = math.log(k + 1) - math.log1p(k * math.exp(-2 / tau))
+    assert limit - 0.1 < estimate <= limit + 1e-3 and limit < 1 / tau + math.log((k + 1) / k), (estimate, limit)
+    assert estimate < 0.6 * hard_cap, (estimate, hard_cap)
+    takeaway = next(_source(c) for c in _cells(NOTEBOOK) if c.get("id") == "task1-ratio-takeaway")
+    assert r"\log(K+1) - \log(1 + K e^{-1/\tau})" in takeaway and r"\le 1" in takeaway
+
+
 # ------------------------------------------------------------------------------ the text
 def test_the_sheets_erratum_on_the_summed_loss_comes_after_the_answer_it_would_give_away():
     for path in (NOTEBOOK, RELEASE / f"{STEM}.ipynb"):

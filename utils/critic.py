@@ -35,8 +35,8 @@ def optimal_critic(x: torch.Tensor, y: torch.Tensor, rho: float) -> torch.Tensor
 
 
 class SeparableCritic(nn.Module):
-    """f(x, y) = g(x) . h(y) with two small MLPs: the separable form SimCLR and CLIP use, cheap to
-    evaluate against many candidates (each side is encoded once)."""
+    """f(x, y) = g(x) . h(y) with two small MLPs: the separable form SimCLR and CLIP use (each side is
+    encoded once, however many candidates it is scored against)."""
 
     def __init__(self, dim: int, hidden: int = 64, out: int = 32):
         super().__init__()
@@ -103,7 +103,7 @@ def train_critic(loss_fn: Callable, k: int, *, dim: int, rho: float, steps: int,
     optimizer = torch.optim.Adam(critic.parameters(), lr=lr)
     losses = []
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)   # small matrices: one thread beats synchronising several (much so on a busy machine)
+    torch.set_num_threads(1)   # matrices of a few thousand numbers: too little work to split across threads
     try:
         for _ in tqdm(range(steps), desc=f"critic, K = {k}", leave=False, disable=not progress):
             x, y = sample_correlated_gaussians(batch, dim, rho, generator)

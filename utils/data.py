@@ -95,7 +95,7 @@ def _download_cifar10() -> Path:
 
 def synthetic_cifar_like(n: int, *, seed: int = 0, image_size: int = 32) -> ImageSplit:
     """A CIFAR-shaped stand-in for the smoke preset: 10 classes of coloured, oriented stripes
-    with noise, so a model can learn something in seconds. NOT CIFAR-10.
+    with noise, so that a small model can learn something from a few hundred images. NOT CIFAR-10.
 
     Returns an :class:`ImageSplit` with ``uint8 [n, 3, image_size, image_size]`` images.
     """

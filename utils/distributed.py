@@ -123,7 +123,7 @@ def init_from_env(backend: str | None = None, *, device: str | torch.device | No
     if not is_distributed():
         kwargs: dict[str, Any] = {}
         if backend == "nccl":
-            kwargs["device_id"] = device  # binds the communicator to this GPU (no guessing, faster start)
+            kwargs["device_id"] = device  # binds the communicator to this GPU (no guessing which device a rank owns)
         dist.init_process_group(backend=backend, init_method="env://",
                                 timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
     return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,

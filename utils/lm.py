@@ -98,7 +98,8 @@ def _offline_message(name: str, kind: str) -> str:
 
 def _from_hub(cls, name: str, revision: str | None, kind: str, **kwargs):
     """``cls.from_pretrained`` from the hub, or from the local HF cache when offline; raises
-    :class:`HubUnavailableError` when neither works. Fails in about 2 s without a network."""
+    :class:`HubUnavailableError` when neither works. Without a network, :func:`hub_available` gives up after
+    its 2 s timeout."""
     online = hub_available()
     try:
         return cls.from_pretrained(name, revision=revision, local_files_only=not online, **kwargs)
@@ -161,8 +162,10 @@ def build_suite(suite: str = "default", *, force: bool = False, progress: bool =
     """Train the miniature suite (or find it cached, keyed on a hash of its recipe, the corpus and
     the tokenizer) under ``build/cache/model_zoo/<suite>/`` and return that folder.
 
-    ``"micro"`` (3 sizes, tests and the smoke preset) takes seconds; ``"default"`` (6 sizes and
-    mini-bert, 3 GB of checkpoints) an estimated 5-7 minutes on 2 idle CPU cores. Only missing or changed models are retrained.
+    ``"micro"``: 3 sizes, tests and the smoke preset; ``"default"``: 6 sizes and mini-bert, 3 GB of
+    checkpoints. A build prints how long it took (``python -m utils.suite_build build NAME``); the
+    course repository's benchmark ``model_zoo.py --force`` times a cold build of the default suite.
+    Only missing or changed models are retrained.
     """
     from .suite_build import build
 
