@@ -18,7 +18,7 @@ Verbs:
                        (refuses shards of other seeds or assignments; names the students missing)
   export               grading/grades.csv: one row per student with status and reason, submission
                        time, minutes late and late penalty; --lms canvas|moodle --roster R --to FILE
-                       also writes the LMS's grade import CSV (grader/lms/), refusing provisional grades
+                       also writes the LMS's grade import CSV (grader/extras/lms/), refusing provisional grades
   similarity           pairwise similarity of the students' answer cells (code and written answers;
                        the release's given code and the solution do not count): HTML report + CSV under
                        grading/similarity/; reports only, never changes points
@@ -167,7 +167,7 @@ def cmd_autograde(args) -> int:
 
 
 def cmd_merge_shards(args) -> int:
-    from .shards import merge_shards
+    from .extras.shards import merge_shards
 
     course = _course(args)
     merged = merge_shards(course, [Path(d) for d in args.dirs] or None, allow_missing=args.allow_missing)
@@ -179,14 +179,14 @@ def cmd_merge_shards(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .export import export
+    from .extras.export import export
 
     course = _course(args)
     if args.lms and not (args.roster and args.to):
         print("--lms needs --roster (the LMS's own roster export) and --to (the LMS import file to write)", file=sys.stderr)
         return 1
     if args.grace is not None or args.extensions:
-        from .deadlines import save_settings
+        from .extras.deadlines import save_settings
 
         save_settings(course, None, None, args.grace, Path(args.extensions) if args.extensions else None)
     out, rows = export(course, Path(args.to) if args.to and not args.lms else None,
@@ -212,7 +212,7 @@ def cmd_export(args) -> int:
         print(f"PROVISIONAL: {len(pending)} student(s) have written answers not graded yet (formgrader, Manual "
               f"Grading): {', '.join(pending)}")
     if args.lms:
-        from .lms import ExportOptions, ExportRefused, export_lms
+        from .extras.lms import ExportOptions, ExportRefused, export_lms
 
         options = ExportOptions(column=args.lms_column or course.assignment, key=args.moodle_key, score=args.score,
                                 scale_to=args.scale_to, provisional=args.provisional)
@@ -246,7 +246,7 @@ def cmd_feedback(args) -> int:
     print(f"feedback for {len(done)} students in {course.grading / 'feedback'} (checked: no hidden test source)"
           + (f"; {len(problems)} with problems (see the table)" if problems else ""))
     if args.zip:
-        from .lms import feedback_zip
+        from .extras.lms import feedback_zip
 
         out = Path(args.zip_to) if args.zip_to else course.grading / f"feedback-{args.zip}.zip"
         written, left_out = feedback_zip(course, args.zip, out)
@@ -256,7 +256,7 @@ def cmd_feedback(args) -> int:
 
 
 def cmd_backup(args) -> int:
-    from .backup import backup
+    from .extras.backup import backup
 
     course = _course(args)
     print(f"gradebook backed up to {backup(course, Path(args.to) if args.to else None)}")
@@ -264,7 +264,7 @@ def cmd_backup(args) -> int:
 
 
 def cmd_restore(args) -> int:
-    from .backup import restore
+    from .extras.backup import restore
 
     course = _course(args)
     db, previous = restore(course, Path(args.file))
@@ -273,7 +273,7 @@ def cmd_restore(args) -> int:
 
 
 def cmd_similarity(args) -> int:
-    from .similarity import similarity
+    from .extras.similarity import similarity
 
     course = _course(args)
     report = similarity(course, out=Path(args.out) if args.out else None, threshold=args.threshold,
@@ -316,7 +316,7 @@ def _deadline_extras(p) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .lms import ADAPTERS
+    from .extras.lms import ADAPTERS
 
     parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -15,7 +15,7 @@ seed; ``merge-shards`` checks that the shards agree (seed, assignment, grader, s
 each student's shard has graded exactly the submission in ``grading/submitted``, then merges them into
 ``grading/`` as a local run would have written it. ``--shard auto`` reads the index from a Slurm job
 array (``SLURM_ARRAY_TASK_ID``) or a Kubernetes Indexed Job (``JOB_COMPLETION_INDEX``); the launchers are
-in ``grader/cluster/``.
+in ``grader/extras/cluster/``.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def parse_shard(text: str, env: dict | None = None) -> tuple[int, int, str]:
       SLURM_ARRAY_TASK_COUNT (else SLURM_ARRAY_TASK_MAX + 1). The array must be ``--array=0-<N-1>``;
       to rerun one task alone (``--array=3``, whose own count is 1) set LAS_SHARD_COUNT=N;
     * a Kubernetes Indexed Job: index JOB_COMPLETION_INDEX, count LAS_SHARD_COUNT (the Job's
-      ``completions``; grader/cluster/k8s_indexed_job.yaml sets it)."""
+      ``completions``; grader/extras/cluster/k8s_indexed_job.yaml sets it)."""
     env = os.environ if env is None else env
     if text != "auto":
         try:

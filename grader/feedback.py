@@ -18,7 +18,7 @@ every case under each test cell and a note at the top that says why it could not
 
 One student never breaks the batch: outputs keep only the ANSI colour codes nbconvert can render,
 and a notebook that still cannot be read or rendered is reported for that student while everyone
-else gets feedback. Late penalties are computed (grader/export.py ``class_rows``) before the pages are
+else gets feedback. Late penalties are computed (grader/extras/export.py ``class_rows``) before the pages are
 rendered, so a page shows the same penalty as grades.csv whether or not ``export`` ran first.
 """
 
@@ -37,7 +37,7 @@ from pathlib import Path
 from utils.notebook_cells import RUBRIC_TAG, cell_source, cell_tags, grade_id, nbgrader_meta
 
 from .course import Course, nbgrader, printable, snapshot_db, valid_student_id
-from .export import class_rows
+from .extras.export import class_rows
 from .safehtml import clean_fragment, clean_markdown, clean_page, safe_markdown
 from .submissions import INTEGRITY_TAG
 

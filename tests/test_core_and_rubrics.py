@@ -15,7 +15,7 @@ from fixtures.nbgrader_cells import answer, manual, md, tests as autograder_test
 from grader import tiers
 from grader.bundle import solution_blocks
 from grader.course import Course
-from grader.export import gradebook_rows
+from grader.extras.export import gradebook_rows
 from grader.feedback import sanitise
 
 ALL_SOURCES = sorted(SOLUTIONS.glob("*.ipynb"))

@@ -215,7 +215,7 @@ def _unmerged_copy(sharded: dict, tmp_path: Path):
 
 def test_merge_refuses_other_seeds_and_names_the_missing_students(sharded, tmp_path):
     from grader.batch import ShardError
-    from grader.shards import merge_shards
+    from grader.extras.shards import merge_shards
 
     course = _unmerged_copy(sharded, tmp_path)
     shard1 = course.grading / "shards" / "1-of-2"

@@ -252,12 +252,12 @@ def test_benchmarks_import_neither_the_tests_nor_the_command_line():
     """A benchmark imports the pack (grader/, utils/), never tests/fixtures (a test's data, which may change
     with the tests; except the fixture benchmark, whose subject it is) or grader.__main__ (the command line)."""
     problems = []
-    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+    for path in sorted((ROOT / "benchmarks").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             fixtures = ("tests", "conftest") if path.name in FIXTURE_BENCHMARKS else ("fixtures", "tests", "conftest")
-            problems += [f"benchmarks/{path.name}:{node.lineno}: imports {n}" for n in names
+            problems += [f"{path.relative_to(ROOT)}:{node.lineno}: imports {n}" for n in names
                          if n.split(".")[0] in fixtures or n == "grader.__main__"]
     assert not problems, "\n".join(problems)
 

@@ -1,4 +1,4 @@
-"""The Slurm launcher (grader/cluster/slurm_array.sh, slurm_merge.sh) does what its header says.
+"""The Slurm launcher (grader/extras/cluster/slurm_array.sh, slurm_merge.sh) does what its header says.
 
 Without Slurm: the header's claims are checked against the script (resource flags repeated in the resubmit
 line, logs named by job and task under grading/, an ``afterany`` merge, the interpreter chosen from
@@ -30,8 +30,8 @@ from fixtures import honest
 from fixtures.hostile import grader_cli, grader_command
 from grader import ROOT
 
-LAUNCHER = ROOT / "grader" / "cluster" / "slurm_array.sh"
-MERGER = ROOT / "grader" / "cluster" / "slurm_merge.sh"
+LAUNCHER = ROOT / "grader" / "extras" / "cluster" / "slurm_array.sh"
+MERGER = ROOT / "grader" / "extras" / "cluster" / "slurm_merge.sh"
 STEM = "task1_infonce"
 REQUIRED = os.environ.get("LAS_REQUIRE_SLURM") == "1"
 DEADLINE = 900   # seconds for any one Slurm wait: a stuck cluster fails the test, never hangs CI
@@ -98,7 +98,7 @@ def test_launcher_uses_las_python_then_venv_then_path(tmp_path):
         "-m grader autograde --shard auto --sandbox bwrap --workers 1 --session-threads 1".split()
     # no LAS_PYTHON, no .venv: python3 on PATH (a conda environment)
     repo = tmp_path / "repo"
-    shutil.copytree(ROOT / "grader" / "cluster", repo / "grader" / "cluster")
+    shutil.copytree(ROOT / "grader" / "extras" / "cluster", repo / "grader" / "extras" / "cluster")
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "python3").symlink_to(fake)

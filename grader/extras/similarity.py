@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .course import Course, printable, shown, sync_assignment, write_csv
+from ..course import Course, printable, shown, sync_assignment, write_csv
 from utils.notebook_cells import cell_role, cell_source, grade_id
 
 #: copydetect's defaults: noise threshold k = 25 characters of filtered code, guarantee threshold 30

@@ -14,11 +14,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .results import NotebookResult
-from .scoring import merge
-from .batch import (BATCH_PARTS, MANIFEST, ShardError, _adopt_seed, _shard_folders, _short, batch_fingerprint,
+from ..results import NotebookResult
+from ..scoring import merge
+from ..batch import (BATCH_PARTS, MANIFEST, ShardError, _adopt_seed, _shard_folders, _short, batch_fingerprint,
                     invalidate, is_finished, shard_of, student_fingerprint, what_changed)
-from .course import COURSE_ID, Course, add_students, sync_assignment
+from ..course import COURSE_ID, Course, add_students, sync_assignment
 
 
 def _notebook_result(shard: Course, student: str, notebook: str, scratch: Path):
