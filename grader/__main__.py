@@ -137,7 +137,7 @@ def cmd_autograde(args) -> int:
     started = time.monotonic()
     target, students, shard = course, args.student or None, None
     if args.shard:
-        from .batch import parse_shard, prepare_shard
+        from .extras.shards import parse_shard, prepare_shard
 
         index, count, where = parse_shard(args.shard)
         root = Path(args.shard_dir) if args.shard_dir else None

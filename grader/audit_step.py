@@ -105,20 +105,16 @@ def audit_submission(nb: dict, notebook: str, result: NotebookResult, release_pa
             answer_ids = {i for i in ids if isinstance(i, str)} - skip
         findings = run_audit(nb, answer_ids, timeout=timeout, mem_bytes=mem_bytes)
     except AuditUnfinished as exc:
-        result.reasons.append(f"{notebook}: the static audit could not finish ({exc}: the code is too large or "
-                              "too convoluted to check automatically); the notebook needs a look by hand")
-        result.status = "review" if result.status == "graded" else result.status
+        result.flag("review", f"{notebook}: the static audit could not finish ({exc}: the code is too large or "
+                    "too convoluted to check automatically); the notebook needs a look by hand")
         return
     except Exception as exc:  # noqa: BLE001 - an audit that trips is itself worth a look
-        result.reasons.append(f"{notebook}: the static audit failed ({exc.__class__.__name__}); look at it by hand")
-        result.status = "review" if result.status == "graded" else result.status
+        result.flag("review", f"{notebook}: the static audit failed ({exc.__class__.__name__}); look at it by hand")
         return
     if findings:
         from .audit import summarise
 
         worse = result.status not in ("graded", "review")   # e.g. kernel died: the audit must still show
-        if result.status == "graded":
-            result.status = "review"
-        result.reasons.append(f"{notebook}: " + ("ALSO FOR REVIEW (the status above is worse, the audit flagged "
-                                                 "code too): " if worse else "") + summarise(findings))
+        result.flag("review", f"{notebook}: " + ("ALSO FOR REVIEW (the status above is worse, the audit flagged "
+                    "code too): " if worse else "") + summarise(findings))
         result.audit = [f"{f.cell} line {f.line}: {f.what}: {f.code}" for f in findings[:50]]

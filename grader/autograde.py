@@ -55,8 +55,9 @@ from .course import Course, add_students, sync_assignment
 from .fullrun import write_notebook
 from .launch import SESSION_MEMORY, run_session
 from .progress import BatchProgress
-from .results import Job, NotebookResult, Settings, record_statuses, worse_status
+from .results import Job, NotebookResult, Settings, record_statuses
 from .sandbox import describe, remove_cgroup, student_cgroups
+from .seed import secret_strings
 from .scoring import apply_verdict, judge_verdict, merge, written_answer_grades
 from .steps import StepContext, run_steps
 from .submissions import Unreadable, prepare, release_view
@@ -84,19 +85,18 @@ def grade_student(course: Course, student: str, notebooks: list[str], settings: 
         notebook = result.notebook
         submitted = course.folder("submitted", student) / f"{notebook}.ipynb"
         if not submitted.exists():
-            result.reasons.append(f"{notebook}.ipynb not submitted (0 points)")
+            result.flag(None, f"{notebook}.ipynb not submitted (0 points)")
             result.grades = None  # zero everything
             continue
         release_path = course.release / f"{notebook}.ipynb"
         try:
             prepared = prepare(submitted, release_path)
         except Unreadable as exc:
-            result.status, result.grades = "unreadable", None
-            result.reasons.append(str(exc))
+            result.grades = None
+            result.flag("unreadable", str(exc))
             continue
-        if prepared.tampered:
-            result.status = "tampered"
-        result.reasons += prepared.tampered + prepared.notes
+        for reason in prepared.tampered + prepared.notes:
+            result.flag("tampered" if prepared.tampered else None, reason)
         audit_submission(prepared.notebook, notebook, result, release_path)
         release = json.loads(release_path.read_text(encoding="utf-8"))
         jobs.append(Job(notebook, release_view(prepared.notebook, release), release, result))
@@ -112,8 +112,6 @@ def grade_student(course: Course, student: str, notebooks: list[str], settings: 
         # "infra": the sandbox never started (no "ready" record, sent before any student code runs):
         # the grader's fault, graded again by the next run. Anything after that is the student's.
         infra = not any(r.get("kind") == "ready" for r in records)
-        from .feedback import secret_strings
-
         secrets = secret_strings(settings.seed or 0, [job.notebook for job in jobs])
         for job in jobs:
             job.result.scratch = scratch / job.notebook
@@ -123,18 +121,17 @@ def grade_student(course: Course, student: str, notebooks: list[str], settings: 
             stops = sum(r.get("stopped") or 0 for r in mine if r.get("kind") == "notebook_done"
                         and isinstance(r.get("stopped"), int))
             if stops:
-                job.result.status = worse_status(job.result.status, "review")
-                job.result.reasons.append(f"{job.notebook}: code in the notebook stopped its own grading process "
-                                          f"({stops} time{'s' if stops > 1 else ''}, SIGSTOP); the grader continued it "
-                                          "each time (checks that ran out of time meanwhile score 0)")
+                job.result.flag("review", f"{job.notebook}: code in the notebook stopped its own grading process "
+                                f"({stops} time{'s' if stops > 1 else ''}, SIGSTOP); the grader continued it "
+                                "each time (checks that ran out of time meanwhile score 0)")
             try:
                 written_answer_grades(job)
                 verdict = judge_verdict(job, mine, tail, settings, references.get(job.notebook))
                 apply_verdict(job, verdict)
             except Exception as exc:  # noqa: BLE001 - this notebook's content tripped the grader: it alone
-                verdict, job.result.status, job.result.grades = None, "review", None
-                job.result.reasons.append(f"{job.notebook}: the grader could not process this notebook's results "
-                                          f"({exc.__class__.__name__}); 0 autograded points; look at it by hand")
+                verdict, job.result.grades = None, None
+                job.result.flag("review", f"{job.notebook}: the grader could not process this notebook's results "
+                                f"({exc.__class__.__name__}); 0 autograded points; look at it by hand")
             context = StepContext(job, mine, "" if not infra else tail, settings, secrets,
                                   course.source / f"{job.notebook}.ipynb", verdict)
             executed = run_steps(job.graded, context)
@@ -286,9 +283,9 @@ def _finish_student(course: Course, s: str, future, notebooks: list[str], prot: 
         results = list(future.result())
         finished = not any(r.infra for r in results)
     except Exception as exc:  # noqa: BLE001 - a grader bug must not stop the batch either
-        results = [NotebookResult(s, nb, status="unreadable", grades=None,
-                                  reasons=[f"{nb}: grading failed: {exc.__class__.__name__}: {exc}"])
-                   for nb in notebooks]
+        results = [NotebookResult(s, nb, grades=None) for nb in notebooks]
+        for res in results:
+            res.flag("unreadable", f"{res.notebook}: grading failed: {exc.__class__.__name__}: {exc}")
         finished = False   # the grader's fault, not the student's: the next run tries again
     retries = course.read_json("status", s).get("overload_retries", 0)
     retries = retries if isinstance(retries, int) else OVERLOAD_RETRIES
@@ -296,16 +293,16 @@ def _finish_student(course: Course, s: str, future, notebooks: list[str], prot: 
     if overload:   # checks timed out on a busy machine: the next run grades this student again
         finished = False
         for res in results:
-            res.reasons.append(f"{res.notebook}: checks timed out while the machine was overloaded "
-                               f"({overload}); the next autograde run grades this student again")
+            res.flag(None, f"{res.notebook}: checks timed out while the machine was overloaded "
+                     f"({overload}); the next autograde run grades this student again")
     invalidate(course, s)  # from here until the status is written, s is not finished
     for res in results:
         try:
             res.score, res.max_score = merge(course, res)
         except Exception as exc:  # noqa: BLE001 - one student's notebook never stops the batch
-            res.status, res.grades, res.autograded = "review", None, None
-            res.reasons.append(f"{res.notebook}: could not be merged into the gradebook "
-                               f"({exc.__class__.__name__}); 0 autograded points; look at it by hand")
+            res.grades, res.autograded = None, None
+            res.flag("review", f"{res.notebook}: could not be merged into the gradebook "
+                     f"({exc.__class__.__name__}); 0 autograded points; look at it by hand")
             res.score, res.max_score = merge(course, res)
         report.notebook_done(s, res)
     # written last: a status file with a fingerprint means every notebook above is merged

@@ -222,22 +222,6 @@ def by_case(records: list[dict], variant: str, seed: int | None = None) -> tuple
     return cases, header
 
 
-def judge_seed(grading: Path) -> int:
-    """The batch's input seed: drawn once per grading folder and kept in ``judge-seed.txt``, so
-    every student of a batch (and a later regrade) sees the same inputs, and nobody can know them
-    in advance from the repository."""
-    import secrets
-
-    path = Path(grading) / "judge-seed.txt"
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        seed = secrets.randbelow(2 ** 62)   # wide: nobody tries every seed against a case seed
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{seed}\n")
-        return seed
-
-
 _REFERENCE_CACHE: dict[tuple, dict[str, dict]] = {}
 _REFERENCE_LOCK = threading.Lock()          # guards _KEY_LOCKS
 _KEY_LOCKS: dict[tuple, threading.Lock] = {}   # one per notebook and seed: two notebooks' references run side by side
@@ -519,3 +503,19 @@ def sweep(stem: str, release: dict, solution: dict, variants: dict[str, dict], s
             pts = {c: p for c, p in points.items() if wanted is None or c in wanted}
             out[(name, seed)] = judge(stem, got, reference, pts, header)
     return out
+
+
+def cell_reports(stem: str, entry: dict, release: dict) -> dict[str, str]:
+    """test cell -> the judge's per-case report (``Verdict.cell_report``), from the student's status
+    file: as autograde stored it, or rebuilt from the judge's cases for a status written before that."""
+    reports = entry.get("reports")
+    if isinstance(reports, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in reports.items()):
+        return reports
+    judged = entry.get("judge") or {}
+    says = {case.probe: case.says for case in load_cases(stem)}
+    cases = [CaseResult(str(c.get("cell")), str(c.get("case")), says.get(c.get("case"), str(c.get("case"))), 1.0,
+                        bool(c.get("passed")), str(c.get("message") or ""))
+             for c in judged.get("cases") or [] if isinstance(c, dict)]
+    points = {str(k): float(v) for k, v in (judged.get("points") or {}).items() if isinstance(v, (int, float))}
+    verdict = Verdict(stem, points=points, max_points=points_per_test_cell(release), cases=cases)
+    return {cell: verdict.cell_report(cell) for cell in verdict.max_points}

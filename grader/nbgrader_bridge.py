@@ -29,6 +29,8 @@ from traitlets import Unicode
 
 from utils.notebook_cells import cell_role, cell_source, drop_rubrics, grade_id, is_test
 
+from .seed import ensure_seed
+
 
 class StripRubrics(NbGraderPreprocessor):
     """Drop the cells tagged ``rubric`` (grader/tiers.py) from a generated release."""
@@ -73,7 +75,7 @@ def grade_one(student: str, notebook: str, course=None):
     if not (course.release / f"{notebook}.ipynb").exists():
         sync_assignment(course)
     settings = Settings(workers=1)
-    settings.seed = judging.judge_seed(course.grading)
+    settings.seed = ensure_seed(course.grading)
     workroot = Path(tempfile.mkdtemp(prefix="las-nbgrader-"))
     release = json.loads((course.release / f"{notebook}.ipynb").read_text(encoding="utf-8"))
     solution = json.loads((course.source / f"{notebook}.ipynb").read_text(encoding="utf-8"))

@@ -71,6 +71,15 @@ class NotebookResult:
     audit: list = field(default_factory=list)       # static audit findings (grader/audit.py)
     full_run_reason: str = ""                       # why the full run failed (feedback's note), "" if it did not
 
+    def flag(self, status: str | None = None, reason: str | None = None, *, first: bool = False) -> None:
+        """Mark this result, the one way a status is set: its status becomes the worse of the present one
+        and ``status`` (STATUS_ORDER; None leaves it), and ``reason`` joins what the TA reads (``first``:
+        in front, the reason the notebook's page leads with)."""
+        if status is not None:
+            self.status = worse_status(self.status, status)
+        if reason:
+            self.reasons.insert(0, reason) if first else self.reasons.append(reason)
+
 
 def _worst(statuses) -> str:
     statuses = list(statuses) or ["graded"]

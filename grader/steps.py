@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .results import Job, Settings, worse_status
+from .pageclean import strip_active_outputs
+from .results import Job, Settings
 
 
 @dataclass
@@ -79,7 +80,7 @@ def annotate_reports(nb: dict, ctx: StepContext) -> dict:
 def insert_rubrics(nb: dict, ctx: StepContext) -> dict:
     """Each written answer's rubric (from the source notebook, grader/tiers.py) directly under the
     student's answer, where the TA grades it in formgrader. Cells a student tagged ``rubric`` are dropped
-    first; feedback drops every rubric cell again (feedback.sanitise)."""
+    first; feedback drops every rubric cell again (pageclean.sanitise)."""
     from utils.notebook_cells import grade_id
     from .tiers import RUBRIC_TAG, rubric_cells, strip_rubrics
 
@@ -96,10 +97,8 @@ def insert_rubrics(nb: dict, ctx: StepContext) -> dict:
 
 def strip_active(nb: dict, ctx: StepContext) -> dict:
     """Every output made safe as for a page and active elements removed from markdown
-    (feedback.strip_active_outputs): formgrader shows this notebook in the TA's own browser session."""
-    from . import feedback
-
-    return feedback.strip_active_outputs(nb)
+    (grader/pageclean.py): formgrader shows this notebook in the TA's own browser session."""
+    return strip_active_outputs(nb)
 
 
 NOTEBOOK_STEPS: tuple[Step, ...] = (
@@ -120,12 +119,10 @@ def run_steps(nb: dict, ctx: StepContext, steps: tuple[Step, ...] = NOTEBOOK_STE
         try:
             nb = step.run(nb, ctx)
         except Exception as exc:  # noqa: BLE001 - RecursionError, MemoryError, a malformed cell: this notebook's
-            result = ctx.result
-            result.status = worse_status(result.status, "review")
             dropped = ("; there is no executed notebook for it, look at the submission by hand" if step.required
                        else "; the points stand")
-            result.reasons.append(f"{result.notebook}: {step.what} could not be added to the executed notebook "
-                                  f"({exc.__class__.__name__}: {str(exc)[:120]}){dropped}")
+            ctx.result.flag("review", f"{ctx.result.notebook}: {step.what} could not be added to the executed "
+                            f"notebook ({exc.__class__.__name__}: {str(exc)[:120]}){dropped}")
             if step.required:
                 return None
             continue

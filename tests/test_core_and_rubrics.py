@@ -16,7 +16,7 @@ from grader import tiers
 from grader.bundle import solution_blocks
 from grader.course import Course
 from grader.extras.export import gradebook_rows
-from grader.feedback import sanitise
+from grader.pageclean import sanitise
 
 ALL_SOURCES = sorted(SOLUTIONS.glob("*.ipynb"))
 

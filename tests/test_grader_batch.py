@@ -306,7 +306,7 @@ def test_sanitised_outputs_render_whatever_escape_codes_they_hold():
     import nbformat
     from nbconvert import HTMLExporter
 
-    from grader.feedback import sanitise
+    from grader.pageclean import sanitise
 
     release = json.loads((SOLUTIONS / f"{STEM}.ipynb").read_text())
     nb = sanitise(_executed(release, "before " + "".join(HOSTILE_ANSI) + " after\n"))

@@ -155,7 +155,7 @@ def test_collect_handles_zips_folders_and_loose_files(notebooks, tmp_path):
 
 # ----------------------------------------------------------------------------- feedback
 def test_sanitise_removes_hidden_tests_tracebacks_and_integrity_cell(notebooks):
-    from grader.feedback import PLACEHOLDER, sanitise
+    from grader.pageclean import PLACEHOLDER, sanitise
 
     _, solution = notebooks
     nb = copy.deepcopy(solution)
@@ -516,7 +516,8 @@ def test_secrets_are_found_in_hex_and_judge_lines_in_base64():
     is caught like one in plain text: the seeds are hidden, the judge line is found."""
     import base64
 
-    from grader.feedback import hide_secrets, judge_lines, leaks_in, secret_strings
+    from grader.pageclean import judge_lines, leaks_in
+    from grader.seed import hide_secrets, secret_strings
 
     secrets = secret_strings(1234567, ["task1_infonce"])
     seed = max((s for s in secrets if s.isdigit()), key=len)
