@@ -45,6 +45,7 @@ from pathlib import Path
 
 
 from .course import table  # noqa: E402 - the summary tables every verb prints
+from .policy import Settings  # noqa: E402 - the defaults of autograde's limits, written once there
 
 
 def _course(args):
@@ -120,7 +121,7 @@ def cmd_collect(args) -> int:
 
 
 def cmd_autograde(args) -> int:
-    from .autograde import Settings, autograde
+    from .autograde import autograde
 
     course = _course(args)
     settings = Settings(workers=args.workers, cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout,
@@ -341,12 +342,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("autograde", help="grade all (or some) students")
     p.add_argument("--student", action="append", help="grade only this student (repeatable)")
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--timeout", type=int, default=60, help="seconds per cell of the full run and per judge case (default 60)")
-    p.add_argument("--notebook-timeout", type=int, default=180,
-                   help="hard limit of one notebook's full run (default 180 s)")
-    p.add_argument("--judge-budget", type=int, default=120,
-                   help="one notebook's judge run: its top-level code and every case (default 120 s)")
-    p.add_argument("--mem-gb", type=float, default=6.0, help="memory cap of each student's grading session (default 6 GB)")
+    p.add_argument("--timeout", type=int, default=Settings.cell_timeout,
+                   help=f"seconds per cell of the full run and per judge case (default {Settings.cell_timeout})")
+    p.add_argument("--notebook-timeout", type=int, default=Settings.notebook_timeout,
+                   help=f"hard limit of one notebook's full run (default {Settings.notebook_timeout} s)")
+    p.add_argument("--judge-budget", type=int, default=Settings.judge_budget,
+                   help=f"one notebook's judge run: its top-level code and every case (default {Settings.judge_budget} s)")
+    p.add_argument("--mem-gb", type=float, default=Settings.mem_gb,
+                   help=f"memory cap of each student's grading session (default {Settings.mem_gb:g} GB)")
     p.add_argument("--session-threads", "--kernel-threads", dest="session_threads", type=int, default=0,
                    help="torch threads per grading session (default: CPU cores / workers; 1 on a machine shared with "
                         "other jobs); --kernel-threads is its older name")

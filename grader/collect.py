@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .course import Course, shown, valid_student_id
-from .extras.lms import parse_download_name
+from .extras import deadlines
+from .extras.lms import adapter_of, parse_download_name
 from .submissions import MAX_NOTEBOOK_BYTES
 
 JUNK = {".DS_Store", "__MACOSX", ".ipynb_checkpoints", "Thumbs.db", "desktop.ini"}   # skipped silently
@@ -358,8 +359,6 @@ def collect(course: Course, path: Path, times: Path | list[Path] | None = None, 
     belong to no student are returned as unreadable rows named after the entry (no report is written for
     them). ``times``: the LMS's submission times (grader/extras/deadlines.py); ``deadline``, ``late_penalty``,
     ``grace`` (minutes) and ``extensions`` (a CSV) are checked and stored for ``export``."""
-    from .extras import deadlines
-
     path = Path(path)
     if not (path.is_dir() or (path.is_file() and path.suffix.lower() == ".zip")):
         raise FileNotFoundError(f"{path} is neither a folder of submissions nor an LMS's download zip")
@@ -422,10 +421,7 @@ def _collect_all(course: Course, path: Path, unpacked: Path, notebooks: list[str
 def _submission_time(res: Collected, listed: dict | None, times_file) -> None:
     """``res.submitted_at``: the ``--times`` entry; else, in the plain layout, the newest time of the files
     taken; an LMS download's file times are never used (grader/extras/deadlines.py)."""
-    from .extras.deadlines import iso_utc, time_for
-    from .extras.lms import adapter_of
-
-    entry = time_for(res.student, res.lms, listed) if listed is not None else None
+    entry = deadlines.time_for(res.student, res.lms, listed) if listed is not None else None
     adapter = adapter_of(res.lms)
     if entry:
         res.submitted_at, res.time_source = entry["submitted_at"], f"--times {times_file}"
@@ -442,7 +438,7 @@ def _submission_time(res: Collected, listed: dict | None, times_file) -> None:
             res.problems.append(f"not in {times_file}: no submission time, no late penalty (check it by hand)"
                                 if listed is not None else f"no submission time: {adapter.TIMES_HELP}")
     elif res.times and max(res.times.values()) > 0:
-        res.submitted_at, res.time_source = iso_utc(max(res.times.values())), "file time"
+        res.submitted_at, res.time_source = deadlines.iso_utc(max(res.times.values())), "file time"
         if listed is not None:
             res.time_source = f"file time (not in {times_file})"
             res.problems.append(f"not in {times_file}: the submission time is the file's")

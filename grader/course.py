@@ -26,6 +26,7 @@ import sqlite3
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 
 from utils.notebook_cells import read_notebook
@@ -264,8 +265,6 @@ def cache_folder(variable: str, default: Path | None) -> Path | None:
 
 def _cache_key(digest: str) -> str:
     """The release digest with nbgrader's version: a new nbgrader may write another gradebook schema."""
-    from importlib.metadata import version
-
     return hashlib.sha256(f"{digest}\0nbgrader {version('nbgrader')}".encode()).hexdigest()[:32]
 
 

@@ -25,12 +25,13 @@ from pathlib import Path
 
 from utils.notebook_cells import grade_id
 
-from .course import Course, nbgrader, nbgrader_failures, printable, snapshot_db, valid_student_id
+from .course import COURSE_ID, Course, nbgrader, nbgrader_failures, printable, snapshot_db, valid_student_id
 from .extras.export import class_rows
 from .judge import cell_reports
 from .pageclean import leaked_judge_lines, sanitise
 from .safehtml import clean_page
 from .seed import course_secrets, hide_secrets, scrub_value
+from .submissions import prepare, release_view
 
 
 HOST_PATH = re.compile(r"(?:/[^\s/'\"|()\[\]]+)+/([^\s/'\"|()\[\]]*)")   # /tmp/las-autograde-x/a/b.ipynb -> b.ipynb
@@ -60,8 +61,6 @@ def not_run_notebook(course: Course, student: str, stem: str, entry: dict) -> di
     (:func:`grader.submissions.release_view`: locked cells as released, a deleted test cell back in its
     place), its outputs left out, the judge's report under each test cell (as grader/steps.py ``annotate_reports``
     does for an executed notebook) and a note at the top. Still to be sanitised like any other page."""
-    from .submissions import prepare, release_view
-
     release_path = course.release / f"{stem}.ipynb"
     release = json.loads(release_path.read_text(encoding="utf-8"))
     nb = release_view(prepare(course.folder("submitted", student) / f"{stem}.ipynb", release_path).notebook, release)
@@ -119,7 +118,6 @@ def pending_manual_grades(course: Course, students: list[str]) -> dict[tuple[str
     """(student, notebook) -> the grade ids of the answers a TA has not graded yet (nbgrader's gradebook)."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    from .course import COURSE_ID
 
     out: dict[tuple[str, str], list[str]] = {}
     with Gradebook(course.db_url, COURSE_ID) as gb:

@@ -10,7 +10,8 @@ from pathlib import Path
 from utils.notebook_cells import grade_id
 from .launch import DEMO_NOTE, session_cells
 from .pageclean import BASE64, as_text
-from .results import Job, NotebookResult, Settings
+from .policy import Settings
+from .results import Job, NotebookResult
 from .seed import scrub_value
 
 

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 
 from utils.answer_loader import explain_name_error
@@ -35,6 +36,7 @@ from .course import cache_folder, write_atomic
 from .cases import CASE_KINDS, Case, case_kind  # noqa: F401 - re-exported: the case table's leaf module
 from .evidence import EvidenceError, Raised, decode
 from .process import kill_group, plan_process
+from .probe import case_seed, load_probes
 
 MAX_RECORD_BYTES = 30 * 1024 ** 2
 MAX_TOTAL_BYTES = 400 * 1024 ** 2
@@ -127,7 +129,7 @@ def points_per_test_cell(release: dict) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------- running the harness
-def _harness_env(threads: int) -> dict:
+def harness_env(threads: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "HOME", "TZ")}
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", LAS_PRESET="smoke",
@@ -147,7 +149,7 @@ def run_harness(plan: dict, *, workdir: Path, command_prefix: list[str] | None =
     workdir.mkdir(parents=True, exist_ok=True)
     # the plan goes in on stdin: the sandbox sees the per-case seeds it needs, never a file to reread
     cmd = [*(command_prefix or []), sys.executable, "-m", module, "-"]   # grader.probe or grader.session
-    full_env = _harness_env(threads) if env is None else env
+    full_env = harness_env(threads) if env is None else env
     records: list[dict] = []
     with plan_process(cmd, plan, workdir=workdir, env=full_env, timeout=timeout, preexec_fn=preexec_fn) as (proc, run):
         total = 0
@@ -181,8 +183,6 @@ def run_harness(plan: dict, *, workdir: Path, command_prefix: list[str] | None =
 def case_runs(seeds: list[int], stem: str, cases: list[str] | None = None) -> list[dict]:
     """The plan's runs: per seed, a label and every case's own seed (derived here, outside the
     sandbox, so the batch seed never enters it)."""
-    from .probe import case_seed, load_probes
-
     names = cases or list(load_probes(stem))
     return [{"label": int(seed), "case_seeds": {c: case_seed(seed, c) for c in names}} for seed in seeds]
 
@@ -235,7 +235,6 @@ def code_digest() -> str:
         for path in sorted((ROOT / folder).rglob("*.py")):
             h.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     try:
-        from importlib.metadata import version
         h.update(version("torch").encode())
     except Exception:  # noqa: BLE001 - no torch metadata: the digest still covers the code
         pass

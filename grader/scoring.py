@@ -11,7 +11,8 @@ from . import judge as judging
 from utils.notebook_cells import cell_source, grade_id, is_manually_graded, nbgrader_meta
 from .fullrun import write_notebook
 from .pageclean import strip_active_outputs
-from .results import Job, NotebookResult, Settings
+from .policy import Settings
+from .results import Job, NotebookResult
 
 
 def judge_verdict(job: Job, records: list[dict], tail: str, settings: Settings, reference: dict | None):

@@ -28,8 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from utils.notebook_cells import grade_id
+
+from .fullrun import full_run_notebook
 from .pageclean import strip_active_outputs
-from .results import Job, Settings
+from .policy import Settings
+from .results import Job
+from .tiers import RUBRIC_TAG, rubric_cells, strip_rubrics
 
 
 @dataclass
@@ -58,15 +63,11 @@ class Step:
 
 def attach_full_run(nb: dict, ctx: StepContext) -> dict | None:
     """The full run's outputs and status (grader/fullrun.py); None when no cell ran."""
-    from .fullrun import full_run_notebook
-
     return full_run_notebook(nb, ctx.job, ctx.records, ctx.tail, ctx.settings, ctx.secrets)
 
 
 def annotate_reports(nb: dict, ctx: StepContext) -> dict:
     """The judge's per-case report under each test cell (what the feedback page shows)."""
-    from utils.notebook_cells import grade_id
-
     if ctx.verdict is None:
         return nb
     for cell in nb["cells"]:
@@ -81,9 +82,6 @@ def insert_rubrics(nb: dict, ctx: StepContext) -> dict:
     """Each written answer's rubric (from the source notebook, grader/tiers.py) directly under the
     student's answer, where the TA grades it in formgrader. Cells a student tagged ``rubric`` are dropped
     first; feedback drops every rubric cell again (pageclean.sanitise)."""
-    from utils.notebook_cells import grade_id
-    from .tiers import RUBRIC_TAG, rubric_cells, strip_rubrics
-
     rubrics = rubric_cells(ctx.source) if ctx.source is not None else {}
     cells = []
     for cell in strip_rubrics(nb)["cells"]:

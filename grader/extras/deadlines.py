@@ -38,7 +38,7 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..course import Course, valid_student_id
+from ..course import COURSE_ID, Course, valid_student_id
 from .lms import adapter_of
 from .lms.base import parse_iso
 from .lms.canvas import read_api_times
@@ -200,7 +200,6 @@ def _gradebook_extensions(course: Course) -> dict[str, float]:
         return {}
     from nbgrader.api import Gradebook, MissingEntry
 
-    from ..course import COURSE_ID
 
     with Gradebook(course.db_url, COURSE_ID) as gb:
         try:
@@ -280,7 +279,6 @@ def record_in_gradebook(course: Course, rows: list[dict], deadline: str | None =
     penalties are cleared; a submission's time is written whenever it is known."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    from ..course import COURSE_ID
 
     if not course.db_path.exists():
         return

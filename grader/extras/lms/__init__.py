@@ -11,8 +11,10 @@ plain layout (grader/collect.py). A new LMS is one module here and one line in `
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
+from ...course import valid_student_id
 from . import canvas, moodle
 from .base import ExportOptions, ExportRefused, LmsExport, LmsName, read_roster
 
@@ -41,8 +43,6 @@ def export_lms(course, grade_rows: list[dict], lms: str, roster: Path, out: Path
     """Write ``out``, the ``lms``'s grade import file, from grades.csv's ``grade_rows``, students matched to
     the LMS's roster export (``roster``) by the ids their download carried. Raises :class:`ExportRefused`
     (nothing written) for provisional grades or points above the LMS's points possible."""
-    from ...course import valid_student_id
-
     if lms not in ADAPTERS:
         raise ValueError(f"--lms {lms!r}: expected one of {', '.join(ADAPTERS)}")
     if not Path(roster).is_file():
@@ -57,8 +57,6 @@ def feedback_zip(course, lms: str, out: Path) -> tuple[int, list[str]]:
     """``out``: every student's feedback pages (grading/feedback/<student>/<assignment>/*.html), named for the
     LMS's bulk feedback upload (each adapter's ``upload_name``). Returns (pages written, students left out
     with why): a student collected from another layout carries no LMS ids."""
-    import zipfile
-
     if lms not in ADAPTERS:
         raise ValueError(f"--lms {lms!r}: expected one of {', '.join(ADAPTERS)}")
     adapter, written, left_out = ADAPTERS[lms], 0, []
