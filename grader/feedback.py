@@ -23,6 +23,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from nbgrader.api import Gradebook, MissingEntry
+
 from utils.notebook_cells import grade_id
 
 from .course import COURSE_ID, Course, nbgrader, nbgrader_failures, printable, snapshot_db, valid_student_id
@@ -116,8 +118,6 @@ def _stage(course: Course, student: str, tmp: Path) -> list[str]:
 
 def pending_manual_grades(course: Course, students: list[str]) -> dict[tuple[str, str], list[str]]:
     """(student, notebook) -> the grade ids of the answers a TA has not graded yet (nbgrader's gradebook)."""
-    from nbgrader.api import Gradebook, MissingEntry
-
 
     out: dict[tuple[str, str], list[str]] = {}
     with Gradebook(course.db_url, COURSE_ID) as gb:

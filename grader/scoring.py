@@ -6,6 +6,10 @@ from __future__ import annotations
 import json
 import warnings
 
+import nbformat
+from nbgrader import utils as nbutils
+from nbgrader.api import Gradebook, MissingEntry, SolutionCell
+
 from .course import COURSE_ID, Course
 from . import judge as judging
 from utils.notebook_cells import cell_source, grade_id, is_manually_graded, nbgrader_meta
@@ -59,9 +63,6 @@ def judge_verdict(job: Job, records: list[dict], tail: str, settings: Settings, 
 def written_answer_grades(job: Job) -> None:
     """Written answers go to the TA, as nbgrader's SaveAutoGrades decides: an answer left exactly as
     released scores 0 and needs no grading (nbgrader.utils.determine_grade's checksum rule)."""
-    import nbformat
-    from nbgrader import utils as nbutils
-
     grades = dict(job.result.grades or {})
     for cell in job.graded["cells"]:
         if not is_manually_graded(cell):
@@ -97,8 +98,6 @@ def apply_verdict(job: Job, verdict) -> None:
 def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
     """Write one job's scores into the real gradebook and copy its executed notebook; returns
     (autograded score, autograded max) of that notebook."""
-    from nbgrader.api import Gradebook, MissingEntry
-
     dest = course.folder("autograded", result.student) / f"{result.notebook}.ipynb"
     with Gradebook(course.db_url, COURSE_ID) as gb:
         try:
@@ -148,7 +147,5 @@ def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
 
 def _is_manual(gb, cell) -> bool:
     """A manually graded answer is a grade cell that is also a solution cell."""
-    from nbgrader.api import SolutionCell
-
     return gb.db.query(SolutionCell).filter(SolutionCell.name == cell.name,
                                             SolutionCell.notebook_id == cell.notebook_id).count() > 0

@@ -353,11 +353,11 @@ def test_the_cli_tests_run_beside_others_assert_no_time_and_grade_no_class():
 NOT_CORE = ("extras", "checks", "probes", "mutants")
 #: The most lines the core may hold. The issue's aim is 8,000; this is where it stands now (a ratchet:
 #: lower it when code leaves the core, never raise it to let code in).
-CORE_MAX_LINES = 9081
+CORE_MAX_LINES = 9078
 #: The most imports inside functions outside grader/__main__.py (whose verbs import what each needs). The
 #: issue's aim is 15; this is where it stands now (a ratchet). An import stays inside a function only for
 #: a heavy library a light verb must not pay for (nbgrader.api, torch) or code that runs in the sandbox.
-FUNCTION_IMPORTS_MAX = 61
+FUNCTION_IMPORTS_MAX = 47
 #: Core modules that reach into grader/extras/, and why: the command line runs every verb; collect reads
 #: an LMS's download names and times; the feedback pages show the late penalties grades.csv shows.
 EXTRAS_GATES = {"grader/__main__.py", "grader/collect.py", "grader/feedback.py"}

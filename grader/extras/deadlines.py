@@ -38,6 +38,8 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
+from nbgrader.api import Gradebook, MissingEntry
+
 from ..course import COURSE_ID, Course, valid_student_id
 from .lms import adapter_of
 from .lms.base import parse_iso
@@ -198,8 +200,6 @@ def _gradebook_extensions(course: Course) -> dict[str, float]:
     """student -> seconds of the extension set in nbgrader's gradebook (``SubmittedAssignment.extension``)."""
     if not course.db_path.exists():
         return {}
-    from nbgrader.api import Gradebook, MissingEntry
-
 
     with Gradebook(course.db_url, COURSE_ID) as gb:
         try:
@@ -277,8 +277,6 @@ def record_in_gradebook(course: Course, rows: list[dict], deadline: str | None =
     penalty is on the student's total, so it is spread over the notebooks in the sheet's order, none above
     its notebook's score; the sum is grades.csv's ``late_penalty``. Without a deadline the due date and the
     penalties are cleared; a submission's time is written whenever it is known."""
-    from nbgrader.api import Gradebook, MissingEntry
-
 
     if not course.db_path.exists():
         return

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nbgrader.api import Gradebook, MissingEntry, SolutionCell
+
 from ..course import COURSE_ID, Course, printable, shown, valid_student_id, write_csv
 from .deadlines import LATE_FIELDS, apply_to_rows, record_in_gradebook
 from ..tiers import grade_tiers
@@ -30,8 +32,6 @@ def _tiers(course: Course) -> dict[tuple[str, str], str]:
 def gradebook_rows(course: Course, students: list[str]) -> dict[str, dict]:
     """student -> autograded score/max, manual score, needs_manual_grade, per notebook scores, and the
     points (autograded and manual) of the core and of the extensions, each with its maximum."""
-    from nbgrader.api import Gradebook, MissingEntry, SolutionCell
-
     tiers = _tiers(course)
     rows = {}
     with Gradebook(course.db_url, COURSE_ID) as gb:

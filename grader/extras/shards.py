@@ -17,6 +17,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from nbgrader.api import Gradebook, MissingEntry
+
 from ..results import NotebookResult
 from ..scoring import merge
 from ..batch import batch_fingerprint, grade_settings, invalidate, is_finished, student_fingerprint, what_changed
@@ -162,8 +164,6 @@ def shard_folders(dirs: list[Path]) -> list[Path]:
 def _notebook_result(shard: Course, student: str, notebook: str, scratch: Path):
     """A NotebookResult as the shard merged it into its gradebook: every grade and comment, and a
     scratch copy of its autograded notebook (grader.scoring.merge cleans what it copies from it)."""
-    from nbgrader.api import Gradebook, MissingEntry
-
     result = NotebookResult(student, notebook, grades={})
     with Gradebook(shard.db_url, COURSE_ID) as gb:
         try:
@@ -195,8 +195,6 @@ def _grade_disagreements(shard: Course, student: str, status: dict, notebooks: l
     """Where a shard's gradebook disagrees with the judge's points in the student's status file: each
     test cell the judge scored must hold exactly those points, and a notebook the judge did not grade
     (unreadable, not submitted) no autograded point at all."""
-    from nbgrader.api import Gradebook, MissingEntry
-
     entries = status.get("notebooks") if isinstance(status.get("notebooks"), dict) else {}
     found = []
     with Gradebook(shard.db_url, COURSE_ID) as gb:
