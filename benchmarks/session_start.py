@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grader import sandbox  # noqa: E402
-from grader.judge import _harness_env  # noqa: E402
+from grader.judge import harness_env  # noqa: E402
 from grader.session import session_imports  # noqa: E402
 from utils.paths import build_dir  # noqa: E402
 
@@ -48,7 +48,7 @@ def session_cpu(names: list[str], workdir: Path, fonts: bool) -> tuple[float, fl
     found = sandbox.matplotlib_font_list
     sandbox.matplotlib_font_list = found if fonts else (lambda: None)   # the baseline: the sandbox as it was
     try:
-        prefix = sandbox.session_prefix("bwrap", workdir, _harness_env(1))
+        prefix = sandbox.session_prefix("bwrap", workdir, harness_env(1))
     finally:
         sandbox.matplotlib_font_list = found
     out = subprocess.run([*prefix, sys.executable, "-c", IMPORTS.format(names=names)], capture_output=True,

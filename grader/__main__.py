@@ -18,7 +18,7 @@ Verbs:
                        (refuses shards of other seeds or assignments; names the students missing)
   export               grading/grades.csv: one row per student with status and reason, submission
                        time, minutes late and late penalty; --lms canvas|moodle --roster R --to FILE
-                       also writes the LMS's grade import CSV (grader/lms/), refusing provisional grades
+                       also writes the LMS's grade import CSV (grader/extras/lms/), refusing provisional grades
   similarity           pairwise similarity of the students' answer cells (code and written answers;
                        the release's given code and the solution do not count): HTML report + CSV under
                        grading/similarity/; reports only, never changes points
@@ -45,6 +45,7 @@ from pathlib import Path
 
 
 from .course import table  # noqa: E402 - the summary tables every verb prints
+from .policy import Settings  # noqa: E402 - the defaults of autograde's limits, written once there
 
 
 def _course(args):
@@ -120,7 +121,7 @@ def cmd_collect(args) -> int:
 
 
 def cmd_autograde(args) -> int:
-    from .autograde import Settings, autograde
+    from .autograde import autograde
 
     course = _course(args)
     settings = Settings(workers=args.workers, cell_timeout=args.timeout, notebook_timeout=args.notebook_timeout,
@@ -137,7 +138,7 @@ def cmd_autograde(args) -> int:
     started = time.monotonic()
     target, students, shard = course, args.student or None, None
     if args.shard:
-        from .batch import parse_shard, prepare_shard
+        from .extras.shards import parse_shard, prepare_shard
 
         index, count, where = parse_shard(args.shard)
         root = Path(args.shard_dir) if args.shard_dir else None
@@ -167,7 +168,7 @@ def cmd_autograde(args) -> int:
 
 
 def cmd_merge_shards(args) -> int:
-    from .shards import merge_shards
+    from .extras.shards import merge_shards
 
     course = _course(args)
     merged = merge_shards(course, [Path(d) for d in args.dirs] or None, allow_missing=args.allow_missing)
@@ -179,14 +180,14 @@ def cmd_merge_shards(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from .export import export
+    from .extras.export import export
 
     course = _course(args)
     if args.lms and not (args.roster and args.to):
         print("--lms needs --roster (the LMS's own roster export) and --to (the LMS import file to write)", file=sys.stderr)
         return 1
     if args.grace is not None or args.extensions:
-        from .deadlines import save_settings
+        from .extras.deadlines import save_settings
 
         save_settings(course, None, None, args.grace, Path(args.extensions) if args.extensions else None)
     out, rows = export(course, Path(args.to) if args.to and not args.lms else None,
@@ -212,7 +213,7 @@ def cmd_export(args) -> int:
         print(f"PROVISIONAL: {len(pending)} student(s) have written answers not graded yet (formgrader, Manual "
               f"Grading): {', '.join(pending)}")
     if args.lms:
-        from .lms import ExportOptions, ExportRefused, export_lms
+        from .extras.lms import ExportOptions, ExportRefused, export_lms
 
         options = ExportOptions(column=args.lms_column or course.assignment, key=args.moodle_key, score=args.score,
                                 scale_to=args.scale_to, provisional=args.provisional)
@@ -246,7 +247,7 @@ def cmd_feedback(args) -> int:
     print(f"feedback for {len(done)} students in {course.grading / 'feedback'} (checked: no hidden test source)"
           + (f"; {len(problems)} with problems (see the table)" if problems else ""))
     if args.zip:
-        from .lms import feedback_zip
+        from .extras.lms import feedback_zip
 
         out = Path(args.zip_to) if args.zip_to else course.grading / f"feedback-{args.zip}.zip"
         written, left_out = feedback_zip(course, args.zip, out)
@@ -256,7 +257,7 @@ def cmd_feedback(args) -> int:
 
 
 def cmd_backup(args) -> int:
-    from .backup import backup
+    from .extras.backup import backup
 
     course = _course(args)
     print(f"gradebook backed up to {backup(course, Path(args.to) if args.to else None)}")
@@ -264,7 +265,7 @@ def cmd_backup(args) -> int:
 
 
 def cmd_restore(args) -> int:
-    from .backup import restore
+    from .extras.backup import restore
 
     course = _course(args)
     db, previous = restore(course, Path(args.file))
@@ -273,7 +274,7 @@ def cmd_restore(args) -> int:
 
 
 def cmd_similarity(args) -> int:
-    from .similarity import similarity
+    from .extras.similarity import similarity
 
     course = _course(args)
     report = similarity(course, out=Path(args.out) if args.out else None, threshold=args.threshold,
@@ -316,7 +317,7 @@ def _deadline_extras(p) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .lms import ADAPTERS
+    from .extras.lms import ADAPTERS
 
     parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -341,12 +342,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("autograde", help="grade all (or some) students")
     p.add_argument("--student", action="append", help="grade only this student (repeatable)")
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--timeout", type=int, default=60, help="seconds per cell of the full run and per judge case (default 60)")
-    p.add_argument("--notebook-timeout", type=int, default=180,
-                   help="hard limit of one notebook's full run (default 180 s)")
-    p.add_argument("--judge-budget", type=int, default=120,
-                   help="one notebook's judge run: its top-level code and every case (default 120 s)")
-    p.add_argument("--mem-gb", type=float, default=6.0, help="memory cap of each student's grading session (default 6 GB)")
+    p.add_argument("--timeout", type=int, default=Settings.cell_timeout,
+                   help=f"seconds per cell of the full run and per judge case (default {Settings.cell_timeout})")
+    p.add_argument("--notebook-timeout", type=int, default=Settings.notebook_timeout,
+                   help=f"hard limit of one notebook's full run (default {Settings.notebook_timeout} s)")
+    p.add_argument("--judge-budget", type=int, default=Settings.judge_budget,
+                   help=f"one notebook's judge run: its top-level code and every case (default {Settings.judge_budget} s)")
+    p.add_argument("--mem-gb", type=float, default=Settings.mem_gb,
+                   help=f"memory cap of each student's grading session (default {Settings.mem_gb:g} GB)")
     p.add_argument("--session-threads", "--kernel-threads", dest="session_threads", type=int, default=0,
                    help="torch threads per grading session (default: CPU cores / workers; 1 on a machine shared with "
                         "other jobs); --kernel-threads is its older name")

@@ -45,11 +45,15 @@ A finding is a reason to look, not proof: ``setattr`` or ``threading`` have hone
 
 from __future__ import annotations
 
+import argparse
 import ast
 import bisect
 import functools
 import gc
+import json
 import re
+import resource
+import sys
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
@@ -1042,11 +1046,6 @@ def main(argv: list[str] | None = None) -> int:
     line, what, code], ...]}`` on stdout. The caps are set on this process before anything is read,
     so one notebook's code cannot take the grader's memory or time (grader/audit_step.py ``audit_submission``
     runs it with a wall-time limit as well). Exits 3 when the memory cap was hit."""
-    import argparse
-    import json
-    import resource
-    import sys
-
     parser = argparse.ArgumentParser(prog="python -m grader.audit", description=main.__doc__)
     parser.add_argument("--mem-bytes", type=int, default=0, help="address-space cap (RLIMIT_AS); 0: none")
     parser.add_argument("--cpu-seconds", type=int, default=0, help="CPU-time cap (RLIMIT_CPU); 0: none")

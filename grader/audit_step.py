@@ -10,6 +10,10 @@ import sys
 from pathlib import Path
 
 from utils.notebook_cells import cell_source, grade_id, is_locked
+
+from . import ROOT
+from .audit import OUT_OF_MEMORY, Finding, summarise
+from .bundle import without_pack_url
 from .results import NotebookResult
 
 
@@ -17,8 +21,6 @@ def instructor_cells_as_released(nb: dict, release_path: Path) -> set[str]:
     """grade_ids of the locked cells (setup, given code, tests) whose source is the release's own
     (the Colab pack URL line aside): the instructor's code, which the audit need not flag (nbgrader
     restores locked cells anyway; an edited one is still audited and reported as tampering)."""
-    from .bundle import without_pack_url
-
     try:
         release = json.loads(release_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -66,9 +68,6 @@ def run_audit(nb: dict, answer_ids: set[str] | None, *, timeout: float = AUDIT_T
     """grader/audit.py's findings for ``nb``, computed in a fresh child process under a memory cap
     (RLIMIT_AS) and a wall-time cap: no notebook can take the grader's memory or stall the batch.
     Raises :class:`AuditUnfinished` when a cap was hit, RuntimeError when the child failed otherwise."""
-    from . import ROOT
-    from .audit import OUT_OF_MEMORY, Finding
-
     request = json.dumps({"cells": _audit_cells(nb),
                           "answer_ids": sorted(answer_ids) if answer_ids is not None else None}).encode()
     cmd = [sys.executable, "-m", "grader.audit", f"--mem-bytes={int(mem_bytes)}",
@@ -105,20 +104,14 @@ def audit_submission(nb: dict, notebook: str, result: NotebookResult, release_pa
             answer_ids = {i for i in ids if isinstance(i, str)} - skip
         findings = run_audit(nb, answer_ids, timeout=timeout, mem_bytes=mem_bytes)
     except AuditUnfinished as exc:
-        result.reasons.append(f"{notebook}: the static audit could not finish ({exc}: the code is too large or "
-                              "too convoluted to check automatically); the notebook needs a look by hand")
-        result.status = "review" if result.status == "graded" else result.status
+        result.flag("review", f"{notebook}: the static audit could not finish ({exc}: the code is too large or "
+                    "too convoluted to check automatically); the notebook needs a look by hand")
         return
     except Exception as exc:  # noqa: BLE001 - an audit that trips is itself worth a look
-        result.reasons.append(f"{notebook}: the static audit failed ({exc.__class__.__name__}); look at it by hand")
-        result.status = "review" if result.status == "graded" else result.status
+        result.flag("review", f"{notebook}: the static audit failed ({exc.__class__.__name__}); look at it by hand")
         return
     if findings:
-        from .audit import summarise
-
         worse = result.status not in ("graded", "review")   # e.g. kernel died: the audit must still show
-        if result.status == "graded":
-            result.status = "review"
-        result.reasons.append(f"{notebook}: " + ("ALSO FOR REVIEW (the status above is worse, the audit flagged "
-                                                 "code too): " if worse else "") + summarise(findings))
+        result.flag("review", f"{notebook}: " + ("ALSO FOR REVIEW (the status above is worse, the audit flagged "
+                    "code too): " if worse else "") + summarise(findings))
         result.audit = [f"{f.cell} line {f.line}: {f.what}: {f.code}" for f in findings[:50]]

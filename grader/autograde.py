@@ -51,12 +51,15 @@ from pathlib import Path
 
 from . import judge as judging
 from .audit_step import audit_submission
+from .batch import batch_fingerprint, grade_settings, invalidate, is_finished, student_fingerprint
 from .course import Course, add_students, sync_assignment
 from .fullrun import write_notebook
-from .launch import SESSION_MEMORY, run_session
+from .launch import run_session
 from .progress import BatchProgress
-from .results import Job, NotebookResult, Settings, record_statuses, worse_status
+from .policy import Settings, session_policy
+from .results import Job, NotebookResult, record_statuses
 from .sandbox import describe, remove_cgroup, student_cgroups
+from .seed import ensure_seed, secret_strings
 from .scoring import apply_verdict, judge_verdict, merge, written_answer_grades
 from .steps import StepContext, run_steps
 from .submissions import Unreadable, prepare, release_view
@@ -73,83 +76,100 @@ def grade_student(course: Course, student: str, notebooks: list[str], settings: 
     """Autograde every notebook of one student (one job of the batch); never raises for student faults.
     ``references`` maps each notebook to the solution's evidence (judge.reference_records).
 
-    Each notebook is read defensively and audited here; then ONE sandboxed session
-    (grader/session.py) runs every readable notebook's full run and judge probes, importing the
-    libraries once and running each setup cell once for both; the judge's points are decided here,
-    outside the sandbox."""
+    Each notebook is read defensively and audited here (:func:`read_submission`); then ONE sandboxed
+    session (grader/session.py) runs every readable notebook's full run and judge probes, importing the
+    libraries once and running each setup cell once for both (:func:`run_session_of`); the judge's points
+    are decided here, outside the sandbox (:func:`judge_job`)."""
     started = time.monotonic()
     results = [NotebookResult(student, nb) for nb in notebooks]
-    jobs: list[Job] = []
-    for result in results:
-        notebook = result.notebook
-        submitted = course.folder("submitted", student) / f"{notebook}.ipynb"
-        if not submitted.exists():
-            result.reasons.append(f"{notebook}.ipynb not submitted (0 points)")
-            result.grades = None  # zero everything
-            continue
-        release_path = course.release / f"{notebook}.ipynb"
-        try:
-            prepared = prepare(submitted, release_path)
-        except Unreadable as exc:
-            result.status, result.grades = "unreadable", None
-            result.reasons.append(str(exc))
-            continue
-        if prepared.tampered:
-            result.status = "tampered"
-        result.reasons += prepared.tampered + prepared.notes
-        audit_submission(prepared.notebook, notebook, result, release_path)
-        release = json.loads(release_path.read_text(encoding="utf-8"))
-        jobs.append(Job(notebook, release_view(prepared.notebook, release), release, result))
+    jobs = [job for job in (read_submission(course, student, result) for result in results) if job is not None]
+    records: list[dict] = []
     if jobs:
         scratch = Path(tempfile.mkdtemp(prefix=f"{student}-", dir=workroot))
-        # pids, CPU (the worker's share of the cores) and memory (all the session's processes together)
-        cgroup = student_cgroups(scratch.name, cpus=settings.threads(),
-                                 mem_bytes=int(settings.mem_gb * 1024 ** 3) + SESSION_MEMORY)
-        try:
-            records, tail = run_session(student, jobs, settings, scratch, course, cgroup)
-        finally:
-            remove_cgroup(cgroup)
+        records, tail = run_session_of(course, student, jobs, settings, scratch)
         # "infra": the sandbox never started (no "ready" record, sent before any student code runs):
         # the grader's fault, graded again by the next run. Anything after that is the student's.
         infra = not any(r.get("kind") == "ready" for r in records)
-        from .feedback import secret_strings
-
         secrets = secret_strings(settings.seed or 0, [job.notebook for job in jobs])
         for job in jobs:
-            job.result.scratch = scratch / job.notebook
-            job.result.scratch.mkdir()
-            job.result.infra = infra
             mine = [r for r in records if r.get("stem") == job.notebook or r.get("kind") == "void"]
-            stops = sum(r.get("stopped") or 0 for r in mine if r.get("kind") == "notebook_done"
-                        and isinstance(r.get("stopped"), int))
-            if stops:
-                job.result.status = worse_status(job.result.status, "review")
-                job.result.reasons.append(f"{job.notebook}: code in the notebook stopped its own grading process "
-                                          f"({stops} time{'s' if stops > 1 else ''}, SIGSTOP); the grader continued it "
-                                          "each time (checks that ran out of time meanwhile score 0)")
-            try:
-                written_answer_grades(job)
-                verdict = judge_verdict(job, mine, tail, settings, references.get(job.notebook))
-                apply_verdict(job, verdict)
-            except Exception as exc:  # noqa: BLE001 - this notebook's content tripped the grader: it alone
-                verdict, job.result.status, job.result.grades = None, "review", None
-                job.result.reasons.append(f"{job.notebook}: the grader could not process this notebook's results "
-                                          f"({exc.__class__.__name__}); 0 autograded points; look at it by hand")
+            job.result.scratch, job.result.infra = scratch / job.notebook, infra
+            job.result.scratch.mkdir()
             context = StepContext(job, mine, "" if not infra else tail, settings, secrets,
-                                  course.source / f"{job.notebook}.ipynb", verdict)
-            executed = run_steps(job.graded, context)
-            if executed is not None:   # the one write of the executed notebook
-                job.result.autograded = job.result.scratch / f"{job.notebook}.ipynb"
-                write_notebook(job.result.autograded, executed)
+                                  course.source / f"{job.notebook}.ipynb", None)
+            judge_job(context, tail, references.get(job.notebook))
         shutil.rmtree(scratch / "session", ignore_errors=True)
-    elapsed = time.monotonic() - started
-    graded = [j.result for j in jobs]
-    for result in results:   # each notebook's own time in the session, plus its share of the rest
-        own = sum(r.get("seconds") or 0.0 for r in records if r.get("kind") == "notebook_done"
-                  and r.get("stem") == result.notebook) if jobs else 0.0
-        shared = elapsed - sum(r.get("seconds") or 0.0 for r in records if r.get("kind") == "notebook_done") if jobs else 0.0
-        result.seconds = own + max(shared, 0.0) / max(1, len(graded)) if result in graded else 0.0
+    share_seconds(results, jobs, records, time.monotonic() - started)
     return results
+
+
+def read_submission(course: Course, student: str, result: NotebookResult) -> Job | None:
+    """One notebook of a student read defensively (grader/submissions.py) and audited: its Job for the
+    session, or None (not submitted, unreadable: ``result`` says why, with no points)."""
+    notebook = result.notebook
+    submitted = course.folder("submitted", student) / f"{notebook}.ipynb"
+    if not submitted.exists():
+        result.flag(None, f"{notebook}.ipynb not submitted (0 points)")
+        result.grades = None  # zero everything
+        return None
+    release_path = course.release / f"{notebook}.ipynb"
+    try:
+        prepared = prepare(submitted, release_path)
+    except Unreadable as exc:
+        result.grades = None
+        result.flag("unreadable", str(exc))
+        return None
+    for reason in prepared.tampered + prepared.notes:
+        result.flag("tampered" if prepared.tampered else None, reason)
+    audit_submission(prepared.notebook, notebook, result, release_path)
+    release = json.loads(release_path.read_text(encoding="utf-8"))
+    return Job(notebook, release_view(prepared.notebook, release), release, result)
+
+
+def run_session_of(course: Course, student: str, jobs: list[Job], settings: Settings,
+                   scratch: Path) -> tuple[list[dict], str]:
+    """The student's one sandboxed session in ``scratch``, in cgroups of its own: (its records, its log's tail)."""
+    policy = session_policy(settings)   # pids, CPU and memory for the session; each process's own limits
+    cgroup = student_cgroups(scratch.name, cpus=policy.cpus, mem_bytes=policy.memory_bytes, pids=policy.pids)
+    try:
+        return run_session(student, jobs, settings, scratch, course, cgroup, policy)
+    finally:
+        remove_cgroup(cgroup)
+
+
+def judge_job(context: StepContext, tail: str, reference: dict | None) -> None:
+    """One notebook after the session: the judge's points from its records, then the executed notebook
+    (grader/steps.py), written once. A notebook whose results trip the grader costs its own points only.
+    ``tail``: the session's log, which the judge reads even where the steps do not show it."""
+    job, records = context.job, context.records
+    stops = sum(r.get("stopped") or 0 for r in records if r.get("kind") == "notebook_done"
+                and isinstance(r.get("stopped"), int))
+    if stops:
+        job.result.flag("review", f"{job.notebook}: code in the notebook stopped its own grading process "
+                        f"({stops} time{'s' if stops > 1 else ''}, SIGSTOP); the grader continued it "
+                        "each time (checks that ran out of time meanwhile score 0)")
+    try:
+        written_answer_grades(job)
+        context.verdict = judge_verdict(job, records, tail, context.settings, reference)
+        apply_verdict(job, context.verdict)
+    except Exception as exc:  # noqa: BLE001 - this notebook's content tripped the grader: it alone
+        context.verdict, job.result.grades = None, None
+        job.result.flag("review", f"{job.notebook}: the grader could not process this notebook's results "
+                        f"({exc.__class__.__name__}); 0 autograded points; look at it by hand")
+    executed = run_steps(job.graded, context)
+    if executed is not None:   # the one write of the executed notebook
+        job.result.autograded = job.result.scratch / f"{job.notebook}.ipynb"
+        write_notebook(job.result.autograded, executed)
+
+
+def share_seconds(results: list[NotebookResult], jobs: list[Job], records: list[dict], elapsed: float) -> None:
+    """Each notebook's seconds: its own time in the session, plus its share of the rest of ``elapsed``."""
+    graded = [j.result for j in jobs]
+    done = [r for r in records if r.get("kind") == "notebook_done"]
+    shared = elapsed - sum(r.get("seconds") or 0.0 for r in done)
+    for result in results:
+        own = sum(r.get("seconds") or 0.0 for r in done if r.get("stem") == result.notebook)
+        result.seconds = own + max(shared, 0.0) / max(1, len(graded)) if result in graded else 0.0
 
 
 #: Load per core above which a student whose checks timed out is graded again by the next run (only
@@ -185,8 +205,6 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
     present submission, assignment, grader, seed and settings (``regrade``: grade them all again).
     ``summary``, if given, receives the run's figures (graded, skipped, seconds, worker_seconds);
     ``bar`` shows a tqdm bar on a terminal's stderr (the progress lines still go to ``progress``)."""
-    from .batch import batch_fingerprint, ensure_seed, grade_settings, student_fingerprint
-
     settings = settings or Settings()
     notebooks = sync_assignment(course) if sync or not course.db_path.exists() else course.notebook_names()
     students = _known_students(course, students)
@@ -244,8 +262,6 @@ def _known_students(course: Course, students: list[str] | None) -> list[str]:
 
 def _graded_before(course: Course, students: list[str], fingerprints: dict, regrade: bool, say) -> dict[str, dict]:
     """student -> status of those already graded with these inputs (none with ``regrade``), said in one line."""
-    from .batch import is_finished
-
     statuses = {}
     for s in students:
         status = course.read_json("status", s)
@@ -280,15 +296,13 @@ def _finish_student(course: Course, s: str, future, notebooks: list[str], prot: 
     """Merge one student's finished job into the gradebook and write their status file (last, with the
     fingerprint only when the grade is final); returns (status, results). A grader bug, an overloaded
     machine or a notebook that cannot be merged costs this student's status, never the batch."""
-    from .batch import invalidate
-
     try:
         results = list(future.result())
         finished = not any(r.infra for r in results)
     except Exception as exc:  # noqa: BLE001 - a grader bug must not stop the batch either
-        results = [NotebookResult(s, nb, status="unreadable", grades=None,
-                                  reasons=[f"{nb}: grading failed: {exc.__class__.__name__}: {exc}"])
-                   for nb in notebooks]
+        results = [NotebookResult(s, nb, grades=None) for nb in notebooks]
+        for res in results:
+            res.flag("unreadable", f"{res.notebook}: grading failed: {exc.__class__.__name__}: {exc}")
         finished = False   # the grader's fault, not the student's: the next run tries again
     retries = course.read_json("status", s).get("overload_retries", 0)
     retries = retries if isinstance(retries, int) else OVERLOAD_RETRIES
@@ -296,16 +310,16 @@ def _finish_student(course: Course, s: str, future, notebooks: list[str], prot: 
     if overload:   # checks timed out on a busy machine: the next run grades this student again
         finished = False
         for res in results:
-            res.reasons.append(f"{res.notebook}: checks timed out while the machine was overloaded "
-                               f"({overload}); the next autograde run grades this student again")
+            res.flag(None, f"{res.notebook}: checks timed out while the machine was overloaded "
+                     f"({overload}); the next autograde run grades this student again")
     invalidate(course, s)  # from here until the status is written, s is not finished
     for res in results:
         try:
             res.score, res.max_score = merge(course, res)
         except Exception as exc:  # noqa: BLE001 - one student's notebook never stops the batch
-            res.status, res.grades, res.autograded = "review", None, None
-            res.reasons.append(f"{res.notebook}: could not be merged into the gradebook "
-                               f"({exc.__class__.__name__}); 0 autograded points; look at it by hand")
+            res.grades, res.autograded = None, None
+            res.flag("review", f"{res.notebook}: could not be merged into the gradebook "
+                     f"({exc.__class__.__name__}); 0 autograded points; look at it by hand")
             res.score, res.max_score = merge(course, res)
         report.notebook_done(s, res)
     # written last: a status file with a fingerprint means every notebook above is merged

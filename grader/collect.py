@@ -4,7 +4,7 @@
 
 * an LMS's bulk download, unpacked: Canvas's ``<name>[_LATE]_<user id>_<attachment id>_<file>`` files and
   Moodle's ``<Full Name>_<participant id>_assignsubmission_file[_]/`` folders (or flat files); each LMS's
-  naming and the student id it gives are in its adapter, grader/lms/canvas.py and grader/lms/moodle.py;
+  naming and the student id it gives are in its adapter, grader/extras/lms/canvas.py and grader/extras/lms/moodle.py;
 * the plain layout: ``<student>.zip`` (notebooks anywhere inside), ``<student>/`` folders (at any depth),
   loose ``<student>__<notebook>.ipynb`` files.
 
@@ -16,7 +16,7 @@ nothing, the notebook is not guessed: the student is unreadable with both names,
 Every file of the download is accounted for in the student's collect report (``files``: taken,
 superseded by which, or ignored and why); entries that belong to nobody are listed by :func:`collect`.
 
-Each student's submission time goes into their collect report for the deadline (grader/deadlines.py says
+Each student's submission time goes into their collect report for the deadline (grader/extras/deadlines.py says
 where it comes from; zip entry dates never count). Nothing is extracted to disk except the matched
 notebooks, each capped in size, so archive path tricks and zip bombs go nowhere. Only regular files with
 a single link are read: symbolic links are never followed (in folders or archives), FIFOs or devices are
@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .course import Course, shown, valid_student_id
-from .lms import parse_download_name
+from .extras import deadlines
+from .extras.lms import adapter_of, parse_download_name
 from .submissions import MAX_NOTEBOOK_BYTES
 
 JUNK = {".DS_Store", "__MACOSX", ".ipynb_checkpoints", "Thumbs.db", "desktop.ini"}   # skipped silently
@@ -56,7 +57,7 @@ class Collected:
     problems: list[str] = field(default_factory=list)
     unreadable: bool = False
     times: dict[str, float] = field(default_factory=dict)   # notebook stem -> time of the file taken
-    lms: dict = field(default_factory=dict)                 # what an LMS download name said (grader/lms/)
+    lms: dict = field(default_factory=dict)                 # what an LMS download name said (grader/extras/lms/)
     submitted_at: str = ""                                  # ISO 8601, UTC
     time_source: str = ""
     files: list[str] = field(default_factory=list)          # every file looked at: taken, superseded or ignored
@@ -356,10 +357,8 @@ def collect(course: Course, path: Path, times: Path | list[Path] | None = None, 
     Student ids that would be unsafe as folder names, links, FIFOs, devices, archive entries with
     path tricks and oversized files are skipped and reported in that student's problems; entries that
     belong to no student are returned as unreadable rows named after the entry (no report is written for
-    them). ``times``: the LMS's submission times (grader/deadlines.py); ``deadline``, ``late_penalty``,
+    them). ``times``: the LMS's submission times (grader/extras/deadlines.py); ``deadline``, ``late_penalty``,
     ``grace`` (minutes) and ``extensions`` (a CSV) are checked and stored for ``export``."""
-    from . import deadlines
-
     path = Path(path)
     if not (path.is_dir() or (path.is_file() and path.suffix.lower() == ".zip")):
         raise FileNotFoundError(f"{path} is neither a folder of submissions nor an LMS's download zip")
@@ -421,11 +420,8 @@ def _collect_all(course: Course, path: Path, unpacked: Path, notebooks: list[str
 
 def _submission_time(res: Collected, listed: dict | None, times_file) -> None:
     """``res.submitted_at``: the ``--times`` entry; else, in the plain layout, the newest time of the files
-    taken; an LMS download's file times are never used (grader/deadlines.py)."""
-    from .deadlines import iso_utc, time_for
-    from .lms import adapter_of
-
-    entry = time_for(res.student, res.lms, listed) if listed is not None else None
+    taken; an LMS download's file times are never used (grader/extras/deadlines.py)."""
+    entry = deadlines.time_for(res.student, res.lms, listed) if listed is not None else None
     adapter = adapter_of(res.lms)
     if entry:
         res.submitted_at, res.time_source = entry["submitted_at"], f"--times {times_file}"
@@ -442,7 +438,7 @@ def _submission_time(res: Collected, listed: dict | None, times_file) -> None:
             res.problems.append(f"not in {times_file}: no submission time, no late penalty (check it by hand)"
                                 if listed is not None else f"no submission time: {adapter.TIMES_HELP}")
     elif res.times and max(res.times.values()) > 0:
-        res.submitted_at, res.time_source = iso_utc(max(res.times.values())), "file time"
+        res.submitted_at, res.time_source = deadlines.iso_utc(max(res.times.values())), "file time"
         if listed is not None:
             res.time_source = f"file time (not in {times_file})"
             res.problems.append(f"not in {times_file}: the submission time is the file's")

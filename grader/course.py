@@ -26,6 +26,7 @@ import sqlite3
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 
 from utils.notebook_cells import read_notebook
@@ -264,8 +265,6 @@ def cache_folder(variable: str, default: Path | None) -> Path | None:
 
 def _cache_key(digest: str) -> str:
     """The release digest with nbgrader's version: a new nbgrader may write another gradebook schema."""
-    from importlib.metadata import version
-
     return hashlib.sha256(f"{digest}\0nbgrader {version('nbgrader')}".encode()).hexdigest()[:32]
 
 
@@ -338,3 +337,26 @@ def snapshot_db(src: Path, dst: Path) -> None:
     """A consistent copy of an sqlite file (the backup API, safe while another process reads it)."""
     with sqlite3.connect(src) as source, sqlite3.connect(dst) as target:
         source.backup(target)
+
+
+NBGRADER_FAILED = re.compile(r"There was an error processing assignment '[^']*' for student '(.*)'\s*$")
+NBGRADER_FAILED_PATH = re.compile(r"There was an error processing assignment: .*[/\\]autograded[/\\](.+?)[/\\]")
+
+
+def nbgrader_failures(log: str) -> dict[str, str]:
+    """student -> the last line of the error nbgrader logged for them (nbgrader converts every
+    student, logs each failure and only then exits non-zero)."""
+    failed, current = {}, None
+    for line in log.splitlines():
+        m = NBGRADER_FAILED.search(line)
+        if m:
+            failed.setdefault(m.group(1), "")
+            current = None
+            continue
+        m = NBGRADER_FAILED_PATH.search(line)
+        if m:
+            current = m.group(1)
+            failed[current] = ""
+        elif current and line.strip() and not line.startswith("["):
+            failed[current] = line.strip()   # the traceback's last line is the error
+    return failed

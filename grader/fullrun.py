@@ -9,7 +9,10 @@ from pathlib import Path
 
 from utils.notebook_cells import grade_id
 from .launch import DEMO_NOTE, session_cells
-from .results import Job, NotebookResult, Settings, worse_status
+from .pageclean import BASE64, as_text
+from .policy import Settings
+from .results import Job, NotebookResult
+from .seed import scrub_value
 
 
 #: Caps on the outputs a student SUBMITTED under a demonstration cell (shown, never run, never evidence).
@@ -24,15 +27,13 @@ def submitted_outputs(outputs, secrets: tuple = ()) -> list[dict]:
     plain text (capped), PNG/JPEG images (capped), an error as plain stderr text (never an error
     output, so nothing reads it as the full run's); no HTML, markdown, SVG or script (no overlay, no
     external image or link), never more than :data:`SUBMITTED_OUTPUTS` outputs."""
-    from .feedback import BASE64, _text, scrub_value
-
     kept: list[dict] = []
     text_left, image_left = SUBMITTED_TEXT, SUBMITTED_IMAGES
     dropped = 0
 
     def text_of(value) -> str:
         nonlocal text_left
-        value = _text(value) or ""
+        value = as_text(value) or ""
         cut, text_left = value[:max(text_left, 0)], text_left - len(value)
         return cut
     for out in outputs if isinstance(outputs, list) else []:
@@ -50,12 +51,12 @@ def submitted_outputs(outputs, secrets: tuple = ()) -> list[dict]:
             data = out.get("data") if isinstance(out.get("data"), dict) else {}
             shown = {}
             for mime in ("image/png", "image/jpeg"):
-                image = _text(data.get(mime))
+                image = as_text(data.get(mime))
                 if image and len(image) <= min(SUBMITTED_IMAGE, image_left) and BASE64.fullmatch(image):
                     shown[mime] = image
                     image_left -= len(image)
                     break
-            if _text(data.get("text/plain")) is not None:
+            if as_text(data.get("text/plain")) is not None:
                 shown["text/plain"] = text_of(data["text/plain"])
             if shown:
                 kept.append({"output_type": "display_data", "data": shown, "metadata": {}})
@@ -86,8 +87,6 @@ def full_run_notebook(release_view: dict, job: Job, records: list[dict], tail: s
     status (timeouts, a dead process, memory-cap hits) goes in ``job.result``. Every output is scrubbed
     of the batch's seeds; the statuses come from the session's own observations (the ``full_run``
     record), never from what an output says. The step ``attach_full_run`` of grader/steps.py."""
-    from .feedback import scrub_value
-
     result, notebook = job.result, job.notebook
     result.log = tail
     nb = json.loads(json.dumps(release_view))
@@ -113,26 +112,22 @@ def full_run_notebook(release_view: dict, job: Job, records: list[dict], tail: s
     status = full.get("status") if isinstance(full, dict) else "died"
     where = _cell_name(nb, full.get("index")) if isinstance(full, dict) else ""
     if status == "budget":
-        result.status = worse_status(result.status, "timed out")
-        result.reasons.insert(0, f"{notebook}: the full run was still going after the {settings.notebook_timeout} s "
-                                 "limit per notebook (a loop that ignores interrupts?); the cells after it were not "
-                                 "run, the judge graded the functions")
+        result.flag("timed out", f"{notebook}: the full run was still going after the {settings.notebook_timeout} s "
+                    "limit per notebook (a loop that ignores interrupts?); the cells after it were not "
+                    "run, the judge graded the functions", first=True)
         result.full_run_reason = result.reasons[0]
     elif status == "timeout":
-        result.status = worse_status(result.status, "timed out")
-        result.reasons.insert(0, f"{notebook}: a cell ({where}) ran past {settings.cell_timeout} s and ignored the "
-                                 "interrupt; the full run stopped there")
+        result.flag("timed out", f"{notebook}: a cell ({where}) ran past {settings.cell_timeout} s and ignored the "
+                    "interrupt; the full run stopped there", first=True)
         result.full_run_reason = result.reasons[0]
     elif status == "forged":
-        result.status = worse_status(result.status, "review")
-        result.reasons.insert(0, f"{notebook}: something in the notebook wrote into the full run's own channel at "
-                                 f"{where or 'its start'}; the full run stopped there (the judge graded the functions); "
-                                 "look at it by hand")
+        result.flag("review", f"{notebook}: something in the notebook wrote into the full run's own channel at "
+                    f"{where or 'its start'}; the full run stopped there (the judge graded the functions); "
+                    "look at it by hand", first=True)
         result.full_run_reason = result.reasons[0]
     elif status != "ok":
-        result.status = worse_status(result.status, "kernel died")
-        result.reasons.insert(0, f"{notebook}: the kernel died in the full run{f' at {where}' if where else ''} "
-                                 f"(os._exit, a crash, or the {settings.mem_gb:g} GB memory cap); look at it by hand")
+        result.flag("kernel died", f"{notebook}: the kernel died in the full run{f' at {where}' if where else ''} "
+                    f"(os._exit, a crash, or the {settings.mem_gb:g} GB memory cap); look at it by hand", first=True)
         result.full_run_reason = result.reasons[0]
     result.full_run_ok = status == "ok"
     interrupted = full.get("interrupted") if isinstance(full, dict) and isinstance(full.get("interrupted"), list) else []
@@ -152,14 +147,13 @@ def inspect_outputs(nb: dict, run_outputs: dict[int, list], interrupted: list, r
     time limit (``interrupted``, its own clock), and MemoryErrors among the outputs the full run made
     (``run_outputs``; never the outputs a student submitted under a demonstration cell)."""
     for index in dict.fromkeys(i for i in interrupted if isinstance(i, int)):
-        result.status = worse_status(result.status, "timed out")
-        result.reasons.append(f"{_cell_name(nb, index) or 'a cell'} ran past {settings.cell_timeout} s and was "
-                              "interrupted in the full run")
+        result.flag("timed out", f"{_cell_name(nb, index) or 'a cell'} ran past {settings.cell_timeout} s and was "
+                    "interrupted in the full run")
     for index, outputs in run_outputs.items():
         for out in outputs:
             if out.get("output_type") == "error":
                 ename, evalue = str(out.get("ename", "")), str(out.get("evalue", ""))
                 if ename == "MemoryError" or "can't allocate memory" in evalue or "out of memory" in evalue.lower():
-                    result.reasons.append(f"{_cell_name(nb, index) or 'a cell'} hit the {settings.mem_gb:g} GB "
-                                          "memory cap")
+                    result.flag(None, f"{_cell_name(nb, index) or 'a cell'} hit the {settings.mem_gb:g} GB "
+                                "memory cap")
                     break

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 
 from utils.answer_loader import explain_name_error
@@ -35,6 +36,7 @@ from .course import cache_folder, write_atomic
 from .cases import CASE_KINDS, Case, case_kind  # noqa: F401 - re-exported: the case table's leaf module
 from .evidence import EvidenceError, Raised, decode
 from .process import kill_group, plan_process
+from .probe import case_seed, load_probes
 
 MAX_RECORD_BYTES = 30 * 1024 ** 2
 MAX_TOTAL_BYTES = 400 * 1024 ** 2
@@ -127,7 +129,7 @@ def points_per_test_cell(release: dict) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------- running the harness
-def _harness_env(threads: int) -> dict:
+def harness_env(threads: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "HOME", "TZ")}
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", LAS_PRESET="smoke",
@@ -147,7 +149,7 @@ def run_harness(plan: dict, *, workdir: Path, command_prefix: list[str] | None =
     workdir.mkdir(parents=True, exist_ok=True)
     # the plan goes in on stdin: the sandbox sees the per-case seeds it needs, never a file to reread
     cmd = [*(command_prefix or []), sys.executable, "-m", module, "-"]   # grader.probe or grader.session
-    full_env = _harness_env(threads) if env is None else env
+    full_env = harness_env(threads) if env is None else env
     records: list[dict] = []
     with plan_process(cmd, plan, workdir=workdir, env=full_env, timeout=timeout, preexec_fn=preexec_fn) as (proc, run):
         total = 0
@@ -181,8 +183,6 @@ def run_harness(plan: dict, *, workdir: Path, command_prefix: list[str] | None =
 def case_runs(seeds: list[int], stem: str, cases: list[str] | None = None) -> list[dict]:
     """The plan's runs: per seed, a label and every case's own seed (derived here, outside the
     sandbox, so the batch seed never enters it)."""
-    from .probe import case_seed, load_probes
-
     names = cases or list(load_probes(stem))
     return [{"label": int(seed), "case_seeds": {c: case_seed(seed, c) for c in names}} for seed in seeds]
 
@@ -222,22 +222,6 @@ def by_case(records: list[dict], variant: str, seed: int | None = None) -> tuple
     return cases, header
 
 
-def judge_seed(grading: Path) -> int:
-    """The batch's input seed: drawn once per grading folder and kept in ``judge-seed.txt``, so
-    every student of a batch (and a later regrade) sees the same inputs, and nobody can know them
-    in advance from the repository."""
-    import secrets
-
-    path = Path(grading) / "judge-seed.txt"
-    try:
-        return int(path.read_text().strip())
-    except (OSError, ValueError):
-        seed = secrets.randbelow(2 ** 62)   # wide: nobody tries every seed against a case seed
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"{seed}\n")
-        return seed
-
-
 _REFERENCE_CACHE: dict[tuple, dict[str, dict]] = {}
 _REFERENCE_LOCK = threading.Lock()          # guards _KEY_LOCKS
 _KEY_LOCKS: dict[tuple, threading.Lock] = {}   # one per notebook and seed: two notebooks' references run side by side
@@ -251,7 +235,6 @@ def code_digest() -> str:
         for path in sorted((ROOT / folder).rglob("*.py")):
             h.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     try:
-        from importlib.metadata import version
         h.update(version("torch").encode())
     except Exception:  # noqa: BLE001 - no torch metadata: the digest still covers the code
         pass
@@ -519,3 +502,19 @@ def sweep(stem: str, release: dict, solution: dict, variants: dict[str, dict], s
             pts = {c: p for c, p in points.items() if wanted is None or c in wanted}
             out[(name, seed)] = judge(stem, got, reference, pts, header)
     return out
+
+
+def cell_reports(stem: str, entry: dict, release: dict) -> dict[str, str]:
+    """test cell -> the judge's per-case report (``Verdict.cell_report``), from the student's status
+    file: as autograde stored it, or rebuilt from the judge's cases for a status written before that."""
+    reports = entry.get("reports")
+    if isinstance(reports, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in reports.items()):
+        return reports
+    judged = entry.get("judge") or {}
+    says = {case.probe: case.says for case in load_cases(stem)}
+    cases = [CaseResult(str(c.get("cell")), str(c.get("case")), says.get(c.get("case"), str(c.get("case"))), 1.0,
+                        bool(c.get("passed")), str(c.get("message") or ""))
+             for c in judged.get("cases") or [] if isinstance(c, dict)]
+    points = {str(k): float(v) for k, v in (judged.get("points") or {}).items() if isinstance(v, (int, float))}
+    verdict = Verdict(stem, points=points, max_points=points_per_test_cell(release), cases=cases)
+    return {cell: verdict.cell_report(cell) for cell in verdict.max_points}

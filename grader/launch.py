@@ -14,10 +14,11 @@ from pathlib import Path
 
 from .course import Course
 from . import judge as judging
-from .sandbox import join_cgroup, protections
+from .sandbox import join_cgroup, protections, session_prefix
 from utils.notebook_cells import cell_role, cell_source, grade_id
 from .process import kill_group, plan_process
-from .results import Job, Settings, session_limits
+from .policy import Policy, Settings, session_policy
+from .results import Job
 
 
 def session_cells(graded: dict, release: dict, mode: str = "light") -> list[dict]:
@@ -64,19 +65,19 @@ def session_plan(jobs: list[Job], settings: Settings, threads: int) -> dict:
             "full_run": settings.full_run}
 
 
-def session_command(settings: Settings, work: Path, threads: int) -> tuple[list[str], dict]:
-    """(argv, environment) that start one student's session in the sandbox."""
-    from .sandbox import session_prefix
-
-    env = judging._harness_env(threads)
-    env.update(session_limits(settings).to_env())
+def session_command(settings: Settings, work: Path, threads: int,
+                    policy: Policy | None = None) -> tuple[list[str], dict]:
+    """(argv, environment) that start one student's session in the sandbox, under ``policy`` (default:
+    built from ``settings`` now)."""
+    env = judging.harness_env(threads)
+    env.update((policy or session_policy(settings)).limits.to_env())
     prefix = session_prefix(settings.mode(), work, env, overlay=protections()["overlay"])
     outer_env = dict(env) if not prefix or prefix[0] != "bwrap" else {"PATH": os.environ.get("PATH", "")}
     return [*prefix, sys.executable, "-m", "grader.session", "-"], outer_env
 
 
 def run_session(student: str, jobs: list[Job], settings: Settings, scratch: Path, course: Course,
-                 cgroup) -> tuple[list[dict], str]:
+                cgroup, policy: Policy) -> tuple[list[dict], str]:
     """Run grader/session.py for ``jobs`` in the student's sandbox; (records, the tail of its stderr)."""
     work = scratch / "session" / "work"
     work.mkdir(parents=True)
@@ -84,7 +85,7 @@ def run_session(student: str, jobs: list[Job], settings: Settings, scratch: Path
         shutil.copy(course.folder("submitted", student) / f"{job.notebook}.ipynb", work / f"{job.notebook}.ipynb")
     threads = settings.threads()
     plan = session_plan(jobs, settings, threads)
-    cmd, env = session_command(settings, work, threads)
+    cmd, env = session_command(settings, work, threads, policy)
     # the session keeps each notebook to its limits itself; this is the backstop
     timeout = 60 + len(jobs) * (settings.notebook_timeout + settings.judge_budget + SETUP_SECONDS)
     return run_sandboxed(cmd, plan, workdir=work, env=env, timeout=timeout,
@@ -150,8 +151,5 @@ def run_sandboxed(cmd: list[str], plan: dict, *, workdir: Path, env: dict, timeo
     return records, tail
 
 
-#: A session's memory cgroup holds ``mem_gb`` (each process's own cap) plus this, for the libraries
-#: every process of the session maps (torch, transformers) and the page cache it fills.
-SESSION_MEMORY = 4 * 1024 ** 3
 #: Seconds a notebook's setup cell (imports, the model suite) may take inside a session.
 SETUP_SECONDS = 120

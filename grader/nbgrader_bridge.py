@@ -27,7 +27,16 @@ import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
+from utils.answer_loader import source_digest
 from utils.notebook_cells import cell_role, cell_source, drop_rubrics, grade_id, is_test
+
+from . import judge as judging
+from .autograde import grade_notebook
+from .course import Course, sync_assignment
+from .policy import Settings
+from .results import record_statuses
+from .scoring import merge
+from .seed import ensure_seed
 
 
 class StripRubrics(NbGraderPreprocessor):
@@ -45,8 +54,6 @@ class MarkGivenCells(NbGraderPreprocessor):
     course's given cells from the cells a student added, as the judge does by comparing with the release."""
 
     def preprocess(self, nb, resources):
-        from utils.answer_loader import source_digest
-
         digests = sorted({source_digest(cell_source(c)) for c in nb.cells if c.cell_type == "code"
                           and cell_role(c) == "given"})
         nb.metadata["las_given_cells"] = digests
@@ -63,17 +70,11 @@ def _test_outputs(report: str, points: float) -> list:
 def grade_one(student: str, notebook: str, course=None):
     """Grade one submitted notebook with the pack's pipeline; returns its NotebookResult (with the
     executed notebook still in place) and the scratch folder to remove afterwards."""
-    from . import judge as judging
-    from .results import Settings, record_statuses
-    from .autograde import grade_notebook
-    from .scoring import merge
-    from .course import Course, sync_assignment
-
     course = course or Course()
     if not (course.release / f"{notebook}.ipynb").exists():
         sync_assignment(course)
     settings = Settings(workers=1)
-    settings.seed = judging.judge_seed(course.grading)
+    settings.seed = ensure_seed(course.grading)
     workroot = Path(tempfile.mkdtemp(prefix="las-nbgrader-"))
     release = json.loads((course.release / f"{notebook}.ipynb").read_text(encoding="utf-8"))
     solution = json.loads((course.source / f"{notebook}.ipynb").read_text(encoding="utf-8"))
@@ -92,8 +93,6 @@ class JudgeExecute(NbGraderPreprocessor):
     source = Unicode("", help="folder of the source (solution) notebooks; default solutions/ex01").tag(config=True)
 
     def preprocess(self, nb, resources):
-        from .course import Course
-
         info = resources.get("nbgrader") or {}
         student, notebook = info.get("student"), info.get("notebook")
         db_url = str(info.get("db_url") or "")

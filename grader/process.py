@@ -52,7 +52,7 @@ LIMITS_ENV = "LAS_SANDBOX_LIMITS"
 @dataclass(frozen=True)
 class Limits:
     """Every ``setrlimit`` cap of a sandboxed grading process (the probe harness, a student's session),
-    built once outside the sandbox (grader/results.py ``session_limits``), carried in one environment
+    built once outside the sandbox (grader/policy.py ``session_policy``), carried in one environment
     variable and applied by :func:`serve` before any student code runs; every forked process inherits them.
     None leaves a limit as it is."""
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 import time
 
+from tqdm.auto import tqdm
+
 
 def minutes(seconds: float) -> str:
     """``seconds`` as the TA reads a duration: '45 s', '12.5 min', '3.2 h'."""
@@ -28,8 +30,6 @@ class BatchProgress:
         self.started, self.done, self.worker_seconds = time.monotonic(), 0, 0.0
         self.bar = None
         if bar and total:
-            from tqdm.auto import tqdm
-
             self.bar = tqdm(total=total, unit="student", file=sys.stderr, disable=None, dynamic_ncols=True)
 
     def say(self, line: str) -> None:

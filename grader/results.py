@@ -1,54 +1,18 @@
-"""What grading a notebook and a student produces: the settings of a run, each notebook's result, the
-statuses (worst first) and the status files the TA reads (grading/status/<student>.json)."""
+"""What grading a notebook and a student produces: each notebook's result, the statuses (worst first), the
+one way to mark a result (:meth:`NotebookResult.flag`) and the status files the TA reads
+(grading/status/<student>.json). The settings of a run are grader/policy.py."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from .course import Course
-from .sandbox import cgroup_protections, nproc_limit, protections
-from .process import Limits
+from .policy import Settings  # noqa: F401 - re-exported: the settings of a run, with its results
 
 
 STATUS_ORDER = ["unreadable", "kernel died", "timed out", "tampered", "review", "graded"]
-
-
-@dataclass
-class Settings:
-    """Limits of one autograde run."""
-
-    cell_timeout: int = 60           # seconds per cell (nbgrader interrupts the cell, goes on), and per judge case
-    notebook_timeout: int = 180      # hard wall limit of one notebook's full run (session hung, interrupt ignored)
-    mem_gb: float = 6.0              # the memory cap of each student's grading session
-    workers: int = 1
-    sandbox: str = "auto"            # auto | bwrap | unshare | none
-    max_output_lines: int = 1000
-    session_threads: int = 0         # torch/BLAS threads per grading session (0: CPU cores / workers)
-    seed: int | None = None          # the judge's input seed (None: the grading folder's own, see judge_seed)
-    judge_budget: int = 120          # one notebook's judge run: loading its top-level code and every case
-    load_seconds: int = 60           # of which, at most, running the student's top-level statements (each at most 30 s)
-    full_run: str = "light"          # light: the course's demonstration cells run their definitions only; full: every cell
-
-    def threads(self) -> int:
-        return self.session_threads or max(1, (os.cpu_count() or 1) // max(1, self.workers))
-
-    def mode(self) -> str:
-        if self.sandbox != "auto":
-            return self.sandbox
-        prot = protections()
-        return "bwrap" if prot["bwrap"] else "unshare" if prot["network"] else "none"
-
-    def protections(self) -> dict[str, bool]:
-        prot = dict(protections())
-        mode = self.mode()
-        prot["filesystem"] = mode == "bwrap"
-        prot["network"] = mode in ("bwrap", "unshare")
-        groups = cgroup_protections()
-        prot["cpu_cgroup"], prot["memory_cgroup"] = groups["cpu"], groups["memory"]
-        return prot
 
 
 @dataclass
@@ -71,16 +35,19 @@ class NotebookResult:
     audit: list = field(default_factory=list)       # static audit findings (grader/audit.py)
     full_run_reason: str = ""                       # why the full run failed (feedback's note), "" if it did not
 
+    def flag(self, status: str | None = None, reason: str | None = None, *, first: bool = False) -> None:
+        """Mark this result, the one way a status is set: its status becomes the worse of the present one
+        and ``status`` (STATUS_ORDER; None leaves it), and ``reason`` joins what the TA reads (``first``:
+        in front, the reason the notebook's page leads with)."""
+        if status is not None:
+            self.status = worse_status(self.status, status)
+        if reason:
+            self.reasons.insert(0, reason) if first else self.reasons.append(reason)
+
 
 def _worst(statuses) -> str:
     statuses = list(statuses) or ["graded"]
     return min(statuses, key=STATUS_ORDER.index)
-
-
-def session_limits(settings: Settings) -> Limits:
-    """The setrlimit caps of a student's session, per process (grader/process.py ``Limits``)."""
-    return Limits(mem_bytes=int(settings.mem_gb * 1024 ** 3), fsize_bytes=2 * 1024 ** 3,
-                  nproc=None if os.getuid() == 0 else nproc_limit())   # root: the pids cgroup caps it
 
 
 @dataclass

@@ -20,12 +20,16 @@ import functools
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
+from importlib import metadata
 from pathlib import Path
 
 from . import GRADER_DIR, ROOT
+
 
 def _run_ok(cmd: list[str]) -> bool:
     try:
@@ -45,7 +49,7 @@ def protections() -> dict[str, bool]:
                                       "--overlay-src", str(GRADER_DIR), "--tmp-overlay", "/mnt", "true"])
     have_unshare = bool(unshare) and _run_ok([unshare, "--user", "--net", "--map-root-user", "true"])
     try:
-        import resource  # noqa: F401
+        import resource  # noqa: F401 - whether this platform has rlimits at all
 
         rlimits = True
     except ImportError:
@@ -95,8 +99,6 @@ SANDBOX_HOME_ENV = {"HOME": "/tmp/home", "MPLCONFIGDIR": "/tmp/home/.matplotlib"
 
 @functools.lru_cache(maxsize=None)
 def _font_list_folder() -> Path | None:
-    from importlib import metadata
-
     try:
         return ROOT / "build" / "cache" / f"matplotlib-{metadata.version('matplotlib')}"
     except metadata.PackageNotFoundError:
@@ -291,9 +293,6 @@ def remove_cgroup(path) -> None:
         return
     if path is None:
         return
-    import signal
-    import time
-
     for _ in range(20):
         try:
             for pid in (path / "cgroup.procs").read_text().split():

@@ -6,11 +6,17 @@ from __future__ import annotations
 import json
 import warnings
 
+import nbformat
+from nbgrader import utils as nbutils
+from nbgrader.api import Gradebook, MissingEntry, SolutionCell
+
 from .course import COURSE_ID, Course
 from . import judge as judging
 from utils.notebook_cells import cell_source, grade_id, is_manually_graded, nbgrader_meta
 from .fullrun import write_notebook
-from .results import Job, NotebookResult, Settings, worse_status
+from .pageclean import strip_active_outputs
+from .policy import Settings
+from .results import Job, NotebookResult
 
 
 def judge_verdict(job: Job, records: list[dict], tail: str, settings: Settings, reference: dict | None):
@@ -25,46 +31,38 @@ def judge_verdict(job: Job, records: list[dict], tail: str, settings: Settings, 
     cases, header = judging.by_case(records, "student")
     void = judging.void_problem(records)
     if void:
-        result.status = worse_status(result.status, "review")
-        result.reasons.append(f"{notebook}: the judge discarded every check ({void}); 0 autograded points; "
-                              "look at it by hand")
+        result.flag("review", f"{notebook}: the judge discarded every check ({void}); 0 autograded points; "
+                    "look at it by hand")
     elif not cases:
-        result.reasons.append(f"{notebook}: the judge got no evidence (the probe run failed: "
-                              f"{tail.strip().splitlines()[-1][:200] if tail.strip() else 'no output'})")
+        result.flag(None, f"{notebook}: the judge got no evidence (the probe run failed: "
+                    f"{tail.strip().splitlines()[-1][:200] if tail.strip() else 'no output'})")
     verdict = judging.judge(notebook, cases, reference, judging.points_per_test_cell(release), header, secrets)
     timed = sorted({c.cell for c in verdict.cases if not c.passed and "did not finish" in c.message})
     if timed:
         # the light full run does not call the functions: a function that hangs shows here
-        result.status = worse_status(result.status, "timed out")
-        result.reasons.append(f"{notebook}: checks of {', '.join(timed)} ran past their time limit (0 for those checks)")
+        result.flag("timed out", f"{notebook}: checks of {', '.join(timed)} ran past their time limit (0 for those checks)")
     cell_of = {case.probe: case.cell for case in judging.load_cases(notebook)}
     died = sorted({cell_of[name] for name, rec in cases.items() if rec.get("status") == "died" and name in cell_of})
     if died:
-        result.status = worse_status(result.status, "kernel died")
-        result.reasons.append(f"{notebook}: checks of {', '.join(died)} ended their grading process (os._exit, a crash "
-                              f"or the {settings.mem_gb:g} GB memory cap; 0 for those checks)")
+        result.flag("kernel died", f"{notebook}: checks of {', '.join(died)} ended their grading process (os._exit, a crash "
+                    f"or the {settings.mem_gb:g} GB memory cap; 0 for those checks)")
     budget = sorted({c.cell for c in verdict.cases if not c.passed and "was used up" in c.message})
     if budget:
-        result.status = worse_status(result.status, "timed out")
-        result.reasons.append(f"{notebook}: the judge's {settings.judge_budget} s for this notebook ran out before the "
-                              f"checks of {', '.join(budget)} (0 for those checks)")
+        result.flag("timed out", f"{notebook}: the judge's {settings.judge_budget} s for this notebook ran out before the "
+                    f"checks of {', '.join(budget)} (0 for those checks)")
     if verdict.dropped:
         shown = "; ".join(verdict.dropped[:5]) + (f"; and {len(verdict.dropped) - 5} more" if len(verdict.dropped) > 5 else "")
-        result.reasons.append(f"{notebook}: the judge could not run {shown}")
+        result.flag(None, f"{notebook}: the judge could not run {shown}")
         if any(e.get("kind") in ("timeout", "died", "budget") for e in header.get("not_run", []) if isinstance(e, dict)):
-            result.status = worse_status(result.status, "timed out")
+            result.flag("timed out")
     if verdict.tampered:
-        result.status = worse_status(result.status, "review")
-        result.reasons.append(f"{notebook}: {verdict.tampered}; the judge discarded the checks after it")
+        result.flag("review", f"{notebook}: {verdict.tampered}; the judge discarded the checks after it")
     return verdict
 
 
 def written_answer_grades(job: Job) -> None:
     """Written answers go to the TA, as nbgrader's SaveAutoGrades decides: an answer left exactly as
     released scores 0 and needs no grading (nbgrader.utils.determine_grade's checksum rule)."""
-    import nbformat
-    from nbgrader import utils as nbutils
-
     grades = dict(job.result.grades or {})
     for cell in job.graded["cells"]:
         if not is_manually_graded(cell):
@@ -100,8 +98,6 @@ def apply_verdict(job: Job, verdict) -> None:
 def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
     """Write one job's scores into the real gradebook and copy its executed notebook; returns
     (autograded score, autograded max) of that notebook."""
-    from nbgrader.api import Gradebook, MissingEntry
-
     dest = course.folder("autograded", result.student) / f"{result.notebook}.ipynb"
     with Gradebook(course.db_url, COURSE_ID) as gb:
         try:
@@ -133,8 +129,6 @@ def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
     if dest.is_symlink() or (dest.exists() and not dest.is_file()):
         dest.unlink()
     if result.autograded is not None and result.autograded.is_file() and not result.autograded.is_symlink():
-        from .feedback import strip_active_outputs
-
         # formgrader shows this copy in the TA's browser: nothing of the student's may run there. The
         # batch's steps cleaned it already (grader/steps.py strip_active); cleaning the copy again keeps
         # a notebook from a shard graded elsewhere to the same rule. One that cannot be cleaned (whatever
@@ -144,9 +138,8 @@ def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
             write_notebook(dest, strip_active_outputs(executed))
         except Exception as exc:  # noqa: BLE001 - one student's content never stops the batch
             dest.unlink(missing_ok=True)
-            result.reasons.append(f"{result.notebook}: the executed notebook could not be made safe to show "
-                                  f"({exc.__class__.__name__}); it is not in autograded/, look at the submission by hand")
-            result.status = worse_status(result.status, "review")
+            result.flag("review", f"{result.notebook}: the executed notebook could not be made safe to show "
+                        f"({exc.__class__.__name__}); it is not in autograded/, look at the submission by hand")
     elif dest.exists():
         dest.unlink()  # never leave an older run's notebook behind for feedback
     return score, max_score
@@ -154,7 +147,5 @@ def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
 
 def _is_manual(gb, cell) -> bool:
     """A manually graded answer is a grade cell that is also a solution cell."""
-    from nbgrader.api import SolutionCell
-
     return gb.db.query(SolutionCell).filter(SolutionCell.name == cell.name,
                                             SolutionCell.notebook_id == cell.notebook_id).count() > 0

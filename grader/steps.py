@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .results import Job, Settings, worse_status
+from utils.notebook_cells import grade_id
+
+from .fullrun import full_run_notebook
+from .pageclean import strip_active_outputs
+from .policy import Settings
+from .results import Job
+from .tiers import RUBRIC_TAG, rubric_cells, strip_rubrics
 
 
 @dataclass
@@ -57,15 +63,11 @@ class Step:
 
 def attach_full_run(nb: dict, ctx: StepContext) -> dict | None:
     """The full run's outputs and status (grader/fullrun.py); None when no cell ran."""
-    from .fullrun import full_run_notebook
-
     return full_run_notebook(nb, ctx.job, ctx.records, ctx.tail, ctx.settings, ctx.secrets)
 
 
 def annotate_reports(nb: dict, ctx: StepContext) -> dict:
     """The judge's per-case report under each test cell (what the feedback page shows)."""
-    from utils.notebook_cells import grade_id
-
     if ctx.verdict is None:
         return nb
     for cell in nb["cells"]:
@@ -79,10 +81,7 @@ def annotate_reports(nb: dict, ctx: StepContext) -> dict:
 def insert_rubrics(nb: dict, ctx: StepContext) -> dict:
     """Each written answer's rubric (from the source notebook, grader/tiers.py) directly under the
     student's answer, where the TA grades it in formgrader. Cells a student tagged ``rubric`` are dropped
-    first; feedback drops every rubric cell again (feedback.sanitise)."""
-    from utils.notebook_cells import grade_id
-    from .tiers import RUBRIC_TAG, rubric_cells, strip_rubrics
-
+    first; feedback drops every rubric cell again (pageclean.sanitise)."""
     rubrics = rubric_cells(ctx.source) if ctx.source is not None else {}
     cells = []
     for cell in strip_rubrics(nb)["cells"]:
@@ -96,10 +95,8 @@ def insert_rubrics(nb: dict, ctx: StepContext) -> dict:
 
 def strip_active(nb: dict, ctx: StepContext) -> dict:
     """Every output made safe as for a page and active elements removed from markdown
-    (feedback.strip_active_outputs): formgrader shows this notebook in the TA's own browser session."""
-    from . import feedback
-
-    return feedback.strip_active_outputs(nb)
+    (grader/pageclean.py): formgrader shows this notebook in the TA's own browser session."""
+    return strip_active_outputs(nb)
 
 
 NOTEBOOK_STEPS: tuple[Step, ...] = (
@@ -120,12 +117,10 @@ def run_steps(nb: dict, ctx: StepContext, steps: tuple[Step, ...] = NOTEBOOK_STE
         try:
             nb = step.run(nb, ctx)
         except Exception as exc:  # noqa: BLE001 - RecursionError, MemoryError, a malformed cell: this notebook's
-            result = ctx.result
-            result.status = worse_status(result.status, "review")
             dropped = ("; there is no executed notebook for it, look at the submission by hand" if step.required
                        else "; the points stand")
-            result.reasons.append(f"{result.notebook}: {step.what} could not be added to the executed notebook "
-                                  f"({exc.__class__.__name__}: {str(exc)[:120]}){dropped}")
+            ctx.result.flag("review", f"{ctx.result.notebook}: {step.what} could not be added to the executed "
+                            f"notebook ({exc.__class__.__name__}: {str(exc)[:120]}){dropped}")
             if step.required:
                 return None
             continue

@@ -15,8 +15,8 @@ from fixtures.nbgrader_cells import answer, manual, md, tests as autograder_test
 from grader import tiers
 from grader.bundle import solution_blocks
 from grader.course import Course
-from grader.export import gradebook_rows
-from grader.feedback import sanitise
+from grader.extras.export import gradebook_rows
+from grader.pageclean import sanitise
 
 ALL_SOURCES = sorted(SOLUTIONS.glob("*.ipynb"))
 

@@ -1,5 +1,5 @@
 """Submission times from LMS downloads and ``--times``, the deadline, and nbgrader's late-penalty rules
-(grader/deadlines.py, grader/collect.py, the late columns of grades.csv)."""
+(grader/extras/deadlines.py, grader/collect.py, the late columns of grades.csv)."""
 
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ def _put(path: Path, when: float) -> None:
 
 
 def test_lms_download_names():
-    """The student id comes from the LMS's own id (grader/lms/): Canvas's user id or anonymous id, Moodle's
+    """The student id comes from the LMS's own id (grader/extras/lms/): Canvas's user id or anonymous id, Moodle's
     participant id; the name is kept for the TA, in any script."""
-    from grader.lms import parse_download_name
+    from grader.extras.lms import parse_download_name
 
     c = parse_download_name("doejane_12345_67890_task1_infonce.ipynb", False)
     assert (c.student, c.file) == ("canvas_12345", "task1_infonce.ipynb")
@@ -128,7 +128,7 @@ def test_extensions_from_the_gradebook_or_a_csv_and_a_grace_period(tmp_path):
 
     from grader import ASSIGNMENT
     from grader.course import COURSE_ID
-    from grader.deadlines import apply_to_rows, save_settings
+    from grader.extras.deadlines import apply_to_rows, save_settings
 
     course = _course(tmp_path)
     _gradebook(course, {"alice": [5.0], "bob": [5.0], "carol": [5.0], "dave": [5.0]})
@@ -190,14 +190,14 @@ def test_moodles_grading_worksheet_gives_the_times(tmp_path):
     assert course.read_json("collect", "moodle_1111111")["time_source"] == f"none (moodle download, not in {worksheet.name})"
     assert any(p.startswith(f"not in {worksheet.name}: no submission time") for p in results["moodle_1111111"].problems)
     rows = [{"student_id": "moodle_7654321", "score": 10.0, "reason": ""}]
-    from grader.deadlines import apply_to_rows
+    from grader.extras.deadlines import apply_to_rows
 
     apply_to_rows(course, rows, DEADLINE, "per-hour:1")
     assert rows[0]["minutes_late"] == 91 and rows[0]["late_penalty"] == 2.0
 
 
 def test_worksheet_times_need_a_zone(tmp_path):
-    from grader.deadlines import read_times
+    from grader.extras.deadlines import read_times
 
     sheet = tmp_path / "w.csv"
     sheet.write_text("Identifier,Last modified (submission)\nParticipant 5,\"Friday, 20 November 2026, 11:00 PM\"\n")
@@ -222,7 +222,7 @@ def test_a_deadline_without_time_zone_is_refused(tmp_path):
     ("per-hour:1", 0, 10.0, 0.0),
 ])
 def test_penalties_follow_nbgraders_rules(tmp_path, method, minutes_late, score, want):
-    from grader.deadlines import apply_to_rows, penalty_for
+    from grader.extras.deadlines import apply_to_rows, penalty_for
 
     course = _course(tmp_path)
     when = datetime.fromtimestamp(DUE + minutes_late * 60, timezone.utc).isoformat(timespec="seconds")
@@ -239,7 +239,7 @@ def test_penalties_follow_nbgraders_rules(tmp_path, method, minutes_late, score,
 
 
 def test_canvas_late_flag_against_an_earlier_time_is_pointed_out(tmp_path):
-    from grader.deadlines import apply_to_rows
+    from grader.extras.deadlines import apply_to_rows
 
     course = _course(tmp_path)
     course.write_json("collect", "carol", {"submitted_at": "2026-11-20T12:00:00+00:00",
@@ -250,7 +250,7 @@ def test_canvas_late_flag_against_an_earlier_time_is_pointed_out(tmp_path):
 
 
 def test_bad_penalty_is_refused():
-    from grader.deadlines import parse_penalty
+    from grader.extras.deadlines import parse_penalty
 
     with pytest.raises(ValueError, match="per-hour:P"):
         parse_penalty("half")
@@ -288,7 +288,7 @@ def test_formgrader_shows_the_same_times_deadline_and_penalties(tmp_path):
 
     from grader import ASSIGNMENT
     from grader.course import COURSE_ID
-    from grader.deadlines import apply_to_rows, record_in_gradebook
+    from grader.extras.deadlines import apply_to_rows, record_in_gradebook
 
     course = _course(tmp_path)
     shutil.copy(ROOT / "solutions" / "ex01" / "task2_pseudo_likelihood.ipynb", course.source)

@@ -231,7 +231,7 @@ def test_the_page_pass_keeps_the_template_head_and_honest_body():
 
 
 def test_outputs_keep_only_safe_mime_types():
-    from grader.feedback import strip_active
+    from grader.pageclean import strip_active
 
     nb = {"metadata": {"widgets": {"application/vnd.jupyter.widget-state+json": {"state": {}}}},
           "cells": [{"cell_type": "code", "metadata": {"tags": ['x"><script>alert(1)</script>', "ok"]},
@@ -416,10 +416,11 @@ def test_the_leak_check_covers_pages_of_failed_runs(pages, monkeypatch):
     """A judge line in a page built from a submitted notebook withholds that page and is reported for that
     student; the same line typed by the student in their own submission is theirs to see."""
     import grader.feedback
+    import grader.pageclean
 
     course = pages["course"]
     judge_line = "the judge's own line that no page may show"
-    monkeypatch.setattr(grader.feedback, "judge_lines", lambda stem: [judge_line] if stem == STEM else [])
+    monkeypatch.setattr(grader.pageclean, "judge_lines", lambda stem: [judge_line] if stem == STEM else [])
     nb_path = course.folder("submitted", "died") / f"{STEM}.ipynb"
     original = nb_path.read_text()
     page = course.folder("feedback", "died") / f"{STEM}.html"
@@ -537,7 +538,7 @@ def _with_answer(nb: dict, text: str) -> dict:
 def test_a_notebook_with_a_staller_costs_the_grader_what_an_honest_one_does():
     """What autograde (strip_active_outputs, for formgrader's copy) and feedback (strip_active) do to every
     notebook, on the issue's 80 kB ``<a b`` answer and on an honest answer of the same size."""
-    from grader.feedback import strip_active, strip_active_outputs
+    from grader.pageclean import strip_active, strip_active_outputs
 
     solution = json.loads((SOLUTIONS / f"{STEM}.ipynb").read_text())
     hostile, benign = _with_answer(solution, "<a b" * 20_000), _with_answer(solution, _sized(BENIGN, 80_000))

@@ -153,7 +153,7 @@ def test_huge_output_is_truncated(batch):
 def test_feedback_never_shows_hidden_tests(batch):
     """Neither the judge's cases and references (grader/checks/) nor its probes' inputs
     (grader/probes/) appear in any feedback page: the guard's own lines, checked on every page."""
-    from grader.feedback import judge_lines, leaks_in
+    from grader.pageclean import judge_lines, leaks_in
 
     course = batch["course"]
     lines = judge_lines(STEM)

@@ -195,7 +195,7 @@ def _write_reports(grading: Path) -> None:
 
 
 def test_export_survives_names_that_are_not_utf8(tmp_path):
-    from grader.export import export
+    from grader.extras.export import export
 
     course = _course(tmp_path)
     _write_reports(course.grading)
@@ -211,7 +211,7 @@ def test_export_survives_names_that_are_not_utf8(tmp_path):
 
 def test_export_replaces_the_csv_atomically(tmp_path, monkeypatch):
     import grader.course
-    from grader.export import export
+    from grader.extras.export import export
 
     course = _course(tmp_path)
     _write_reports(course.grading)
@@ -233,7 +233,7 @@ def test_export_replaces_the_csv_atomically(tmp_path, monkeypatch):
 
 def test_export_escapes_spreadsheet_formulas(tmp_path):
     from grader.course import spreadsheet_safe
-    from grader.export import export
+    from grader.extras.export import export
 
     course = _course(tmp_path)
     formulas = ['=HYPERLINK("evil.example","x")', "+1+1", "-2+3", "@SUM(A1)", "\tcmd", "\rcmd"]
@@ -306,7 +306,7 @@ def test_sanitised_outputs_render_whatever_escape_codes_they_hold():
     import nbformat
     from nbconvert import HTMLExporter
 
-    from grader.feedback import sanitise
+    from grader.pageclean import sanitise
 
     release = json.loads((SOLUTIONS / f"{STEM}.ipynb").read_text())
     nb = sanitise(_executed(release, "before " + "".join(HOSTILE_ANSI) + " after\n"))

@@ -144,7 +144,7 @@ def test_export_and_feedback_run_for_everyone(klass):
 
 @needs_bwrap
 def test_the_seed_reaches_nothing_in_the_sandbox_and_no_page_shows_a_case_seed(klass):
-    from grader.feedback import secret_strings
+    from grader.seed import secret_strings
 
     executed = _executed(klass["grading"], "seed_hunter")
     text = "".join(_texts(c) for c in executed["cells"])
@@ -302,8 +302,8 @@ def test_the_seed_is_in_nothing_the_sandbox_can_read(tmp_path):
 
 
 def test_a_notebook_the_cleaner_cannot_handle_is_not_copied_and_stops_nothing(tmp_path, monkeypatch):
-    from grader import autograde, feedback
-    from grader.results import NotebookResult
+    from grader import scoring
+    from grader.results import NotebookResult, worse_status
     from grader.scoring import merge
     from grader.fullrun import write_notebook
     from fixtures import scratch_course
@@ -320,12 +320,12 @@ def test_a_notebook_the_cleaner_cannot_handle_is_not_copied_and_stops_nothing(tm
     def trips(nb):
         raise RecursionError("maximum recursion depth exceeded")
 
-    monkeypatch.setattr(feedback, "strip_active_outputs", trips)
+    monkeypatch.setattr(scoring, "strip_active_outputs", trips)
     result = NotebookResult("alice", STEM, grades={}, autograded=executed)
     merge(course, result)                 # no exception
     assert result.status == "review" and "could not be made safe" in result.reasons[-1]
     assert not (course.folder("autograded", "alice") / f"{STEM}.ipynb").exists()
-    assert autograde.worse_status("graded", "review") == "review"
+    assert worse_status("graded", "review") == "review"
 
 
 def test_submitted_demo_outputs_are_capped_and_inert():

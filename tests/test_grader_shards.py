@@ -132,7 +132,7 @@ def sharded(klass, reference):
 
 # ----------------------------------------------------------------------------- (a) shards
 def test_two_shards_merge_into_the_single_machine_csv(reference, sharded):
-    from grader.batch import shard_of
+    from grader.extras.shards import shard_of
 
     grading = sharded["grading"]
     expected = {0: [s for s in CLASS if shard_of(s, 2) == 0], 1: [s for s in CLASS if shard_of(s, 2) == 1]}
@@ -214,8 +214,8 @@ def _unmerged_copy(sharded: dict, tmp_path: Path):
 
 
 def test_merge_refuses_other_seeds_and_names_the_missing_students(sharded, tmp_path):
-    from grader.batch import ShardError
-    from grader.shards import merge_shards
+    from grader.extras.shards import ShardError
+    from grader.extras.shards import merge_shards
 
     course = _unmerged_copy(sharded, tmp_path)
     shard1 = course.grading / "shards" / "1-of-2"
@@ -239,7 +239,7 @@ def test_merge_refuses_other_seeds_and_names_the_missing_students(sharded, tmp_p
     course = _unmerged_copy(sharded, tmp_path / "seeds")
     manifest = course.grading / "shards" / "1-of-2" / "shard.json"
     data = json.loads(manifest.read_text())
-    from grader.batch import seed_digest
+    from grader.seed import seed_digest
 
     data["seed"] += 1   # the shard's manifest keeps the seed; its fingerprint only a digest of it
     data["batch"]["seed"] = seed_digest(data["seed"])
@@ -264,7 +264,7 @@ def test_merge_shards_cli_exits_non_zero_and_names_the_shard(sharded, tmp_path):
 
 # ----------------------------------------------------------------------------- (d) the split
 def test_shard_split_is_stable_and_covers_everyone_once():
-    from grader.batch import shard_of, split
+    from grader.extras.shards import shard_of, split
 
     students = [f"s{i:04d}" for i in range(300)] + ["alice@uni.example", "Bob.Smith", "x+y-z_1"]
     for count in range(1, 9):
@@ -281,14 +281,14 @@ def test_shard_split_is_stable_and_covers_everyone_once():
         assert all(set(b) <= set(a) for a, b in zip(shards, shrunk))
     assert min(len(s) for s in split(students, 4)) > 50   # 303 students in 4 shards: none nearly empty
     # the same in every process (not Python's salted hash()): the nodes must agree
-    code = "from grader.batch import shard_of; print([shard_of(f's{i:04d}', 7) for i in range(300)])"
+    code = "from grader.extras.shards import shard_of; print([shard_of(f's{i:04d}', 7) for i in range(300)])"
     runs = {subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
     assert runs == {str([shard_of(f"s{i:04d}", 7) for i in range(300)]) + "\n"}
 
 
 def test_shard_auto_reads_slurm_and_kubernetes_and_refuses_what_it_cannot_use():
-    from grader.batch import ShardError, parse_shard
+    from grader.extras.shards import ShardError, parse_shard
 
     assert parse_shard("auto", {"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "2"}) == \
         (0, 2, "SLURM_ARRAY_TASK_ID=0, SLURM_ARRAY_TASK_COUNT=2")
@@ -314,7 +314,7 @@ def test_shards_starting_at_once_agree_on_one_judge_seed(tmp_path, monkeypatch):
     """The first shard to start creates grading/judge-seed.txt; N nodes starting together get its seed."""
     import secrets
 
-    from grader.batch import ensure_seed
+    from grader.seed import ensure_seed
 
     # another node writes its seed between this one's check and its write: this one must take that seed
     grading = tmp_path / "raced"
@@ -330,7 +330,7 @@ def test_shards_starting_at_once_agree_on_one_judge_seed(tmp_path, monkeypatch):
     monkeypatch.setattr(secrets, "randbelow", draw)
     assert [p.name for p in grading.iterdir()] == ["judge-seed.txt"]   # no temporary file left behind
 
-    code = ("import sys; from pathlib import Path; from grader.batch import ensure_seed; "
+    code = ("import sys; from pathlib import Path; from grader.seed import ensure_seed; "
             "print(ensure_seed(Path(sys.argv[1])))")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "grading")], cwd=ROOT, text=True,
                               stdout=subprocess.PIPE) for _ in range(8)]

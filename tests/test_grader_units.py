@@ -155,7 +155,7 @@ def test_collect_handles_zips_folders_and_loose_files(notebooks, tmp_path):
 
 # ----------------------------------------------------------------------------- feedback
 def test_sanitise_removes_hidden_tests_tracebacks_and_integrity_cell(notebooks):
-    from grader.feedback import PLACEHOLDER, sanitise
+    from grader.pageclean import PLACEHOLDER, sanitise
 
     _, solution = notebooks
     nb = copy.deepcopy(solution)
@@ -205,7 +205,7 @@ def test_a_sandboxed_process_reads_the_machines_font_list_instead_of_scanning_th
     import subprocess
     import sys
 
-    from grader.judge import _harness_env
+    from grader.judge import harness_env
     from grader.sandbox import matplotlib_font_list, probe_prefix, protections
 
     if not protections()["bwrap"]:
@@ -214,7 +214,7 @@ def test_a_sandboxed_process_reads_the_machines_font_list_instead_of_scanning_th
     assert fonts is not None and fonts.name.startswith("fontlist-v") and json.loads(fonts.read_text())["ttflist"]
     code = ("import logging; logging.basicConfig(level=logging.INFO); import matplotlib.font_manager as fm; "
             "print(len(fm.fontManager.ttflist))")
-    out = subprocess.run([*probe_prefix("bwrap", tmp_path, _harness_env(1)), sys.executable, "-c", code],
+    out = subprocess.run([*probe_prefix("bwrap", tmp_path, harness_env(1)), sys.executable, "-c", code],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "generated new fontManager" not in out.stderr, "the sandboxed process scanned the fonts again"
@@ -371,19 +371,19 @@ def test_a_deleted_test_cell_comes_back_in_its_place_when_graded_and_on_the_feed
 
 
 def test_the_memory_cap_reaches_the_sandbox_as_one_limits_object(tmp_path):
-    """Settings.mem_gb -> autograde.session_limits -> one environment variable -> process.Limits.apply in
+    """Settings.mem_gb -> policy.session_policy -> one environment variable -> process.Limits.apply in
     the sandboxed process: a child that applies the session's Limits cannot allocate past the cap."""
     import os
     import subprocess
     import sys
 
     from grader import ROOT
-    from grader.results import Settings, session_limits
+    from grader.policy import Settings, session_policy
     from grader.launch import session_command
     from grader.process import LIMITS_ENV, Limits
 
     settings = Settings(mem_gb=0.25, sandbox="none")
-    limits = session_limits(settings)
+    limits = session_policy(settings).limits
     assert limits.mem_bytes == 256 * 1024 ** 2 and Limits.from_env(limits.to_env()) == limits
     _, env = session_command(settings, tmp_path, 1)
     assert Limits.from_env(env) == limits, env.get(LIMITS_ENV)
@@ -516,7 +516,8 @@ def test_secrets_are_found_in_hex_and_judge_lines_in_base64():
     is caught like one in plain text: the seeds are hidden, the judge line is found."""
     import base64
 
-    from grader.feedback import hide_secrets, judge_lines, leaks_in, secret_strings
+    from grader.pageclean import judge_lines, leaks_in
+    from grader.seed import hide_secrets, secret_strings
 
     secrets = secret_strings(1234567, ["task1_infonce"])
     seed = max((s for s in secrets if s.isdigit()), key=len)

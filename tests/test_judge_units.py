@@ -378,7 +378,7 @@ def test_forged_records_never_score(tmp_path):
     for mode in ["bwrap"]:
         workdir = tmp_path / mode
         workdir.mkdir()
-        env = judge._harness_env(1)
+        env = judge.harness_env(1)
         prefix = probe_prefix(mode, workdir, env)
         records, tail = judge.run_harness(plan, workdir=workdir, command_prefix=prefix,
                                           env={"PATH": "/usr/bin:/bin"})

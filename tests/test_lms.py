@@ -1,4 +1,4 @@
-"""Grades into Canvas and Moodle (grader/lms/): each LMS's import CSV, students matched through the LMS's
+"""Grades into Canvas and Moodle (grader/extras/lms/): each LMS's import CSV, students matched through the LMS's
 own roster export by the ids their download carried, nobody silently dropped (graded but not in the roster;
 in the roster without a submission; unreadable), no provisional grade sent by accident, identifiers
 written verbatim, points checked against the LMS's points possible."""
@@ -48,8 +48,8 @@ def _row(student, score, **extra):
 
 
 def test_canvas_gradebook_import(tmp_path):
-    from grader.lms import ExportOptions, export_lms
-    from grader.lms.canvas import DOCS
+    from grader.extras.lms import ExportOptions, export_lms
+    from grader.extras.lms.canvas import DOCS
 
     course = _course(tmp_path)
     roster = tmp_path / "canvas.csv"
@@ -79,7 +79,7 @@ def test_canvas_gradebook_import(tmp_path):
 
 
 def test_moodle_grade_import(tmp_path):
-    from grader.lms import ExportOptions, export_lms
+    from grader.extras.lms import ExportOptions, export_lms
 
     course = _course(tmp_path)
     roster = tmp_path / "moodle.csv"
@@ -101,7 +101,7 @@ def test_moodle_grade_import(tmp_path):
 def test_moodle_twins_are_never_matched_by_name(tmp_path):
     """Two participants called Jane Doe in a roster without participant ids: neither gets the other's
     grade; with the grading worksheet (participant ids) both are matched."""
-    from grader.lms import ExportOptions, export_lms
+    from grader.extras.lms import ExportOptions, export_lms
 
     course = _course(tmp_path)
     for pid in ("1111111", "2222222"):
@@ -124,7 +124,7 @@ def test_moodle_twins_are_never_matched_by_name(tmp_path):
 
 
 def test_provisional_unreadable_and_over_the_maximum_are_never_sent_by_accident(tmp_path):
-    from grader.lms import ExportOptions, ExportRefused, export_lms
+    from grader.extras.lms import ExportOptions, ExportRefused, export_lms
 
     course = _course(tmp_path)
     roster = tmp_path / "canvas.csv"
@@ -185,7 +185,7 @@ def test_every_collected_students_grade_arrives_through_each_lms_importer(tmp_pa
     from fixtures.lms_importers import canvas_import, moodle_import
 
     from grader.collect import collect
-    from grader.lms import ExportOptions, export_lms
+    from grader.extras.lms import ExportOptions, export_lms
 
     when = datetime(2026, 11, 20, 20, 0, tzinfo=timezone.utc)
     nb = (ROOT / "notebooks" / "ex01" / "task1_infonce.ipynb").read_bytes()

@@ -1,5 +1,5 @@
 """No student lost between the LMS and the gradebook: Canvas and Moodle downloads built as their own source
-code builds them (tests/fixtures/lms_downloads.py), collected by the pack (grader/collect.py, grader/lms/).
+code builds them (tests/fixtures/lms_downloads.py), collected by the pack (grader/collect.py, grader/extras/lms/).
 Each test holds one way a real download lost or merged students before: same names, Unicode and anonymous
 names, Moodle 4.1+ folders, zips and sub-folders inside a submission, the download left zipped, competing
 files, hard links, file times that are not submission times."""
@@ -178,7 +178,7 @@ def test_moodle_download_zip_with_a_zip_inside_a_submission(tmp_path):
 def test_canvas_file_times_are_never_submission_times(tmp_path):
     """Without Canvas's times nobody is charged and the TA is told where to get them; with the Submissions
     API's list (two pages, two files) every student has a true time, and Canvas's LATE flag agrees."""
-    from grader.deadlines import apply_to_rows
+    from grader.extras.deadlines import apply_to_rows
 
     course = _course(tmp_path)
     klass = [_student("On Time", "Time, On", 1, 0, submitted_at=DUE - timedelta(minutes=30)),
@@ -199,7 +199,7 @@ def test_canvas_file_times_are_never_submission_times(tmp_path):
 
 
 def test_moodle_worksheet_times_in_the_deadlines_zone(tmp_path):
-    from grader.deadlines import apply_to_rows
+    from grader.extras.deadlines import apply_to_rows
 
     zone = DUE.tzinfo
     course = _course(tmp_path)
@@ -247,7 +247,7 @@ def test_feedback_zip_names_route_back_to_each_student(tmp_path):
     """The pages are named so that each LMS's bulk feedback upload finds the student: Canvas by the user id
     and an attachment id of their submission (``_<digits>_`` parts), Moodle by the participant id, the second
     of the first five "_"-parts (mod/assign/feedback/file/importziplib.php)."""
-    from grader.lms import feedback_zip
+    from grader.extras.lms import feedback_zip
 
     course = _course(tmp_path)
     _collect(course, canvas_download(tmp_path / "c", CANVAS_CLASS[:3], built_at=BUILT))
@@ -283,7 +283,7 @@ def test_feedback_zip_names_route_back_to_each_student(tmp_path):
 def test_backup_and_restore_keep_the_gradebook(tmp_path):
     from nbgrader.api import Gradebook
 
-    from grader.backup import backup, restore
+    from grader.extras.backup import backup, restore
     from grader.course import COURSE_ID
 
     course = _course(tmp_path)

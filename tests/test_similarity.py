@@ -82,7 +82,7 @@ def _klass(course) -> dict[str, dict]:
 
 
 def test_copies_rank_first_and_honest_pairs_stay_low(tmp_path):
-    from grader.similarity import similarity
+    from grader.extras.similarity import similarity
 
     course = _course(tmp_path)
     for student, nb in _klass(course).items():
@@ -166,7 +166,7 @@ def test_a_synthetic_class_compares_every_pair_of_every_notebook(tmp_path):
     LAS_SIMILARITY_STUDENTS=300 makes it the class of 300 (146.6 s on 2 shared cores, 2026-11-27)."""
     import os
 
-    from grader.similarity import similarity
+    from grader.extras.similarity import similarity
 
     n = int(os.environ.get("LAS_SIMILARITY_STUDENTS", "40"))
     stems = sorted(p.stem for p in (ROOT / "solutions" / "ex01").glob("*.ipynb"))
@@ -210,7 +210,7 @@ def _two_honest_and(course, breaker: str) -> None:
 
 @pytest.mark.parametrize("breaker", sorted(BREAKERS))
 def test_one_breaker_beside_two_honest_students_stops_nothing(tmp_path, breaker):
-    from grader.similarity import similarity
+    from grader.extras.similarity import similarity
 
     course = _course(tmp_path)
     _two_honest_and(course, breaker)

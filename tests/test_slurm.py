@@ -1,4 +1,4 @@
-"""The Slurm launcher (grader/cluster/slurm_array.sh, slurm_merge.sh) does what its header says.
+"""The Slurm launcher (grader/extras/cluster/slurm_array.sh, slurm_merge.sh) does what its header says.
 
 Without Slurm: the header's claims are checked against the script (resource flags repeated in the resubmit
 line, logs named by job and task under grading/, an ``afterany`` merge, the interpreter chosen from
@@ -30,8 +30,8 @@ from fixtures import honest
 from fixtures.hostile import grader_cli, grader_command
 from grader import ROOT
 
-LAUNCHER = ROOT / "grader" / "cluster" / "slurm_array.sh"
-MERGER = ROOT / "grader" / "cluster" / "slurm_merge.sh"
+LAUNCHER = ROOT / "grader" / "extras" / "cluster" / "slurm_array.sh"
+MERGER = ROOT / "grader" / "extras" / "cluster" / "slurm_merge.sh"
 STEM = "task1_infonce"
 REQUIRED = os.environ.get("LAS_REQUIRE_SLURM") == "1"
 DEADLINE = 900   # seconds for any one Slurm wait: a stuck cluster fails the test, never hangs CI
@@ -98,7 +98,7 @@ def test_launcher_uses_las_python_then_venv_then_path(tmp_path):
         "-m grader autograde --shard auto --sandbox bwrap --workers 1 --session-threads 1".split()
     # no LAS_PYTHON, no .venv: python3 on PATH (a conda environment)
     repo = tmp_path / "repo"
-    shutil.copytree(ROOT / "grader" / "cluster", repo / "grader" / "cluster")
+    shutil.copytree(ROOT / "grader" / "extras" / "cluster", repo / "grader" / "extras" / "cluster")
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "python3").symlink_to(fake)
@@ -144,7 +144,7 @@ def test_sigterm_to_the_launcher_reaches_the_grader(tmp_path):
 def klass(tmp_path_factory):
     """A Task-1-only source folder and an inbox of four honest students (the solution's answers and
     three everyday styles), split 2/2 (or at least 1/3) over two shards."""
-    from grader.batch import shard_of
+    from grader.extras.shards import shard_of
     from fixtures import scratch_course
     from grader.mutants import student_copy
 
@@ -256,10 +256,10 @@ class LocalRun:
 
     def __init__(self, klass: dict):
         from grader.course import nbgrader_env
-        from grader.judge import judge_seed
+        from grader.seed import ensure_seed
 
         self.klass, self.grading = klass, _collected(klass, "local")
-        self.seed = str(judge_seed(self.grading))   # drawn and kept in the folder now, as autograde would
+        self.seed = str(ensure_seed(self.grading))   # drawn and kept in the folder now, as autograde would
         cmd = grader_command(self.grading, klass["source"], "autograde", "--workers=1", *_sandbox_args())
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=nbgrader_env(), stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
@@ -308,7 +308,7 @@ def test_slurm_array_then_afterany_merge_gives_the_local_csv(klass, local_run):
 
 @pytest.mark.slow
 def test_a_cancelled_task_is_named_by_the_merge_and_its_resubmission_gives_the_same_csv(klass, local_run):
-    from grader.batch import shard_of
+    from grader.extras.shards import shard_of
 
     _slurm_or_skip()
     grading = _collected(klass, "cancelled", local_run.seed)

@@ -34,8 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from copydetect import CodeFingerprint, compare_files
+from copydetect.utils import get_token_coverage
 
-from .course import Course, printable, shown, sync_assignment, write_csv
+from ..course import Course, printable, shown, sync_assignment, write_csv
 from utils.notebook_cells import cell_role, cell_source, grade_id
 
 #: copydetect's defaults: noise threshold k = 25 characters of filtered code, guarantee threshold 30
@@ -89,9 +91,6 @@ def _text(source: str) -> str:
 
 def _fingerprint(raw: str, kind: str, boilerplate: set):
     """(hashes, hash_idx, copydetect fingerprint) of ``raw``, without the boilerplate's hashes."""
-    from copydetect import CodeFingerprint
-    from copydetect.utils import get_token_coverage
-
     logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))   # copydetect warns per document
     if kind == "code":
         fp = CodeFingerprint("answer.py", CODE_K, CODE_WINDOW, fp=io.StringIO(raw), language="python")
@@ -188,8 +187,6 @@ def _documents(course: Course, student: str, notebook: str, roles: dict, release
 def similarity(course: Course, out: Path | None = None, threshold: float = 0.5, top: int = 100,
                students: list[str] | None = None, progress=print) -> Report:
     """Compare every pair of students (see the module doc); writes the HTML report and the CSV."""
-    from copydetect import compare_files
-
     started = time.monotonic()
     out = Path(out) if out else course.grading / "similarity"
     students = students or course.students()

@@ -4,15 +4,17 @@ An adapter (``canvas.py``, ``moodle.py``) holds everything one LMS decides: how 
 a student's files (``parse_name``: the student id comes from the LMS's own id, never a display name), which
 keys its times file uses (``time_keys``), why its file times are no submission times (``TIMES_HELP``), and
 its grade import file (``export``: the roster matched by id, the points checked against its points possible).
-``collect`` (grader/collect.py), ``--times`` (grader/deadlines.py) and ``export --lms`` (grader/export.py)
+``collect`` (grader/collect.py), ``--times`` (grader/extras/deadlines.py) and ``export --lms`` (grader/extras/export.py)
 go through the registry; a folder, zip or ``<student>__<notebook>.ipynb`` file that no adapter claims is the
 plain layout (grader/collect.py). A new LMS is one module here and one line in ``ADAPTERS``.
 """
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
+from ...course import valid_student_id
 from . import canvas, moodle
 from .base import ExportOptions, ExportRefused, LmsExport, LmsName, read_roster
 
@@ -41,12 +43,10 @@ def export_lms(course, grade_rows: list[dict], lms: str, roster: Path, out: Path
     """Write ``out``, the ``lms``'s grade import file, from grades.csv's ``grade_rows``, students matched to
     the LMS's roster export (``roster``) by the ids their download carried. Raises :class:`ExportRefused`
     (nothing written) for provisional grades or points above the LMS's points possible."""
-    from ..course import valid_student_id
-
     if lms not in ADAPTERS:
         raise ValueError(f"--lms {lms!r}: expected one of {', '.join(ADAPTERS)}")
     if not Path(roster).is_file():
-        raise FileNotFoundError(f"--roster {roster}: no such file (the LMS's own roster export, see grader/lms/{lms}.py)")
+        raise FileNotFoundError(f"--roster {roster}: no such file (the LMS's own roster export, see grader/extras/lms/{lms}.py)")
     headers, roster_rows = read_roster(Path(roster))
     lms_info = {r["student_id"]: course.read_json("collect", r["student_id"]).get("lms") or {}
                 for r in grade_rows if valid_student_id(r["student_id"])}
@@ -57,8 +57,6 @@ def feedback_zip(course, lms: str, out: Path) -> tuple[int, list[str]]:
     """``out``: every student's feedback pages (grading/feedback/<student>/<assignment>/*.html), named for the
     LMS's bulk feedback upload (each adapter's ``upload_name``). Returns (pages written, students left out
     with why): a student collected from another layout carries no LMS ids."""
-    import zipfile
-
     if lms not in ADAPTERS:
         raise ValueError(f"--lms {lms!r}: expected one of {', '.join(ADAPTERS)}")
     adapter, written, left_out = ADAPTERS[lms], 0, []

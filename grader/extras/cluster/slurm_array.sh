@@ -4,8 +4,8 @@
 # From the repository root, after `python -m grader collect` (logs go to grading/slurm/, which must exist
 # before sbatch: Slurm does not create the folder of --output):
 #   mkdir -p grading/slurm
-#   sbatch --cpus-per-task=8 --mem=32G grader/cluster/slurm_array.sh                   # 8 shards (0-7)
-#   sbatch --array=0-31 --cpus-per-task=4 --mem=16G grader/cluster/slurm_array.sh     # 32 shards (from 0, no step)
+#   sbatch --cpus-per-task=8 --mem=32G grader/extras/cluster/slurm_array.sh                   # 8 shards (0-7)
+#   sbatch --array=0-31 --cpus-per-task=4 --mem=16G grader/extras/cluster/slurm_array.sh     # 32 shards (from 0, no step)
 # --cpus-per-task and --mem default to 8 and 32G below. On a partition whose nodes are smaller, Slurm either
 # rejects that at submission ("Requested node configuration is not available") or, depending on the
 # cluster's EnforcePartLimits, accepts it and leaves every task PENDING for ever (squeue's reason:
@@ -15,14 +15,14 @@
 #
 # Merge and export when the array has ended, whatever happened to its tasks (afterany, not afterok: with
 # afterok one failed task would leave the merge pending forever, even after a successful resubmit):
-#   jobid=$(sbatch --parsable --cpus-per-task=8 --mem=32G grader/cluster/slurm_array.sh)
-#   sbatch --dependency=afterany:$jobid grader/cluster/slurm_merge.sh
+#   jobid=$(sbatch --parsable --cpus-per-task=8 --mem=32G grader/extras/cluster/slurm_array.sh)
+#   sbatch --dependency=afterany:$jobid grader/extras/cluster/slurm_merge.sh
 # If a task died (preempted, out of time, node failure, scancel), the merge refuses and its log
 # (grading/slurm/las-merge-<jobid>.log) names every student not graded yet, per shard. Resubmit just
 # that task, with the array's size and the same resource flags; it resumes where it stopped (finished
 # students are skipped), then merge again:
-#   jobid=$(sbatch --parsable --array=3 --cpus-per-task=8 --mem=32G --export=ALL,LAS_SHARD_COUNT=8 grader/cluster/slurm_array.sh)
-#   sbatch --dependency=afterany:$jobid grader/cluster/slurm_merge.sh
+#   jobid=$(sbatch --parsable --array=3 --cpus-per-task=8 --mem=32G --export=ALL,LAS_SHARD_COUNT=8 grader/extras/cluster/slurm_array.sh)
+#   sbatch --dependency=afterany:$jobid grader/extras/cluster/slurm_merge.sh
 # (or, on the login node once `squeue --me` lists none: python -m grader merge-shards && python -m grader export).
 #
 # Needs this repository, its Python environment and grading/ on storage that every node sees. The
@@ -76,8 +76,8 @@ while kill -0 "$pid" 2>/dev/null; do wait "$pid" || rc=$?; done   # wait again a
 if [ "$rc" != 0 ]; then
     echo "shard ${SLURM_ARRAY_TASK_ID:-?} stopped (exit $rc); resubmit it with the same flags to resume:" \
          "sbatch --array=${SLURM_ARRAY_TASK_ID:-I} --cpus-per-task=${SLURM_CPUS_PER_TASK:-8} --mem=<as before>" \
-         "--export=ALL,LAS_SHARD_COUNT=<N> grader/cluster/slurm_array.sh" >&2
+         "--export=ALL,LAS_SHARD_COUNT=<N> grader/extras/cluster/slurm_array.sh" >&2
     exit "$rc"
 fi
 echo "shard ${SLURM_ARRAY_TASK_ID:-?} done; when every task is: python -m grader merge-shards && python -m grader export" \
-     "(or sbatch --dependency=afterany:${SLURM_ARRAY_JOB_ID:-<jobid>} grader/cluster/slurm_merge.sh)"
+     "(or sbatch --dependency=afterany:${SLURM_ARRAY_JOB_ID:-<jobid>} grader/extras/cluster/slurm_merge.sh)"

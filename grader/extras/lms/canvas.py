@@ -11,7 +11,7 @@ students called Jane Doe are two students, a renamed student stays one. The name
 **Times.** Every entry of Canvas's zip carries the time the zip was built, not the submission time. The
 times come from Canvas: the Submissions API's list (``GET /api/v1/courses/:course/assignments/:id/
 submissions``: ``user_id``, ``submitted_at``, ``late``; saved as JSON) or a CSV of ``student`` (the user
-id) and ``submitted_at``. Without them no late penalty is charged (grader/deadlines.py).
+id) and ``submitted_at``. Without them no late penalty is charged (grader/extras/deadlines.py).
 
 **Import** ("Gradebook > Import"): the gradebook export's first five columns (``Student, ID, SIS User
 ID, SIS Login ID, Section``), then the assignment's column ``<name> (<assignment id>)``; Canvas matches
@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 
 from .base import (ExportOptions, Index, LmsExport, LmsName, check_points_possible, exportable, lms_points, squish)
-from ..course import write_csv
+from ...course import write_csv
 
 NAME = "canvas"
 DOCS = "https://community.canvaslms.com/t5/Instructor-Guide/How-do-I-import-grades-in-the-Gradebook/ta-p/807"

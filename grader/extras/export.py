@@ -1,20 +1,22 @@
 """``python -m grader export``: grading/grades.csv, one row per student, and the late penalties behind it.
 
 :func:`class_rows` builds the rows (the gradebook's points per tier, the status and reason of every student
-with a submission folder or a collect report, the deadline's columns from grader/deadlines.py) and writes
+with a submission folder or a collect report, the deadline's columns from grader/extras/deadlines.py) and writes
 the penalties into nbgrader's gradebook, so that formgrader, nbgrader's own export and the feedback pages
 (which call it too, whatever the order of the verbs) show the same. :func:`export` writes the CSV
 atomically, every name printable and every free-text cell escaped against spreadsheet formulas. The LMS's
-own import file is grader/lms/ (``export --lms``).
+own import file is grader/extras/lms/ (``export --lms``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .course import COURSE_ID, Course, printable, shown, valid_student_id, write_csv
+from nbgrader.api import Gradebook, MissingEntry, SolutionCell
+
+from ..course import COURSE_ID, Course, printable, shown, valid_student_id, write_csv
 from .deadlines import LATE_FIELDS, apply_to_rows, record_in_gradebook
-from .tiers import grade_tiers
+from ..tiers import grade_tiers
 
 FIELDS = ["student_id", "name", "status", "reason", "score", "max_score", "core_score", "core_max",
           "extension_score", "extension_max", "autograded_score", "autograded_max", "manual_score",
@@ -30,8 +32,6 @@ def _tiers(course: Course) -> dict[tuple[str, str], str]:
 def gradebook_rows(course: Course, students: list[str]) -> dict[str, dict]:
     """student -> autograded score/max, manual score, needs_manual_grade, per notebook scores, and the
     points (autograded and manual) of the core and of the extensions, each with its maximum."""
-    from nbgrader.api import Gradebook, MissingEntry, SolutionCell
-
     tiers = _tiers(course)
     rows = {}
     with Gradebook(course.db_url, COURSE_ID) as gb:
@@ -97,7 +97,7 @@ def _state(course: Course, student: str) -> tuple[str, str]:
 def class_rows(course: Course, deadline: str | None = None,
                late_penalty: str | None = None) -> tuple[list[str], list[dict]]:
     """(grades.csv's columns, one row per student), late penalties taken off ``score`` and written into the
-    gradebook (grader/deadlines.py). One student's odd files never cut the rows short: every id and reason
+    gradebook (grader/extras/deadlines.py). One student's odd files never cut the rows short: every id and reason
     is made printable (file names that are not UTF-8)."""
     students = _export_students(course)
     notebooks = course.notebook_names()

@@ -1,6 +1,7 @@
-"""Merging graded shards into one grading folder (``python -m grader merge-shards``).
+"""Grading a class on many machines: the split, one shard's folder (``autograde --shard``) and the merge
+(``python -m grader merge-shards``).
 
-Each shard (grader/batch.py ``prepare_shard``: one task of a Slurm job array or a Kubernetes Indexed
+Each shard (:func:`prepare_shard`: one task of a Slurm job array or a Kubernetes Indexed
 Job) grades its students into a folder of its own; :func:`merge_shards` checks that the shards agree
 and builds the class's one gradebook, status files and autograded notebooks, as one local
 ``autograde`` run would have left them. It sits above grader/scoring.py (whose ``merge`` it uses),
@@ -9,23 +10,160 @@ which sits above grader/batch.py (fingerprints, the split, the seed).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from .results import NotebookResult
-from .scoring import merge
-from .batch import (BATCH_PARTS, MANIFEST, ShardError, _adopt_seed, _shard_folders, _short, batch_fingerprint,
-                    invalidate, is_finished, shard_of, student_fingerprint, what_changed)
-from .course import COURSE_ID, Course, add_students, sync_assignment
+from nbgrader.api import Gradebook, MissingEntry
+
+from ..results import NotebookResult
+from ..scoring import merge
+from ..batch import batch_fingerprint, grade_settings, invalidate, is_finished, student_fingerprint, what_changed
+from ..course import COURSE_ID, Course, add_students, sync_assignment, write_atomic
+from ..seed import SEED_FILE, adopt_seed, ensure_seed, give_seed
+
+MANIFEST = "shard.json"
+#: What every shard of one split must share, and what the words for it are in a refusal.
+BATCH_PARTS = {"seed": "judge seeds", "assignment": "assignments (source notebooks)", "grader": "grader code",
+               "settings": "settings"}
+
+
+
+def short(value) -> str:
+    """A fingerprint part for a message: digests cut to 12 characters."""
+    return value[:12] if isinstance(value, str) and len(value) == 64 else json.dumps(value, sort_keys=True)
+
+
+
+def shard_of(student: str, count: int) -> int:
+    """The shard (0..count-1) of a student: sha256 of the id, modulo ``count``. A hash rather than
+    position in the sorted class, so that a student's shard depends on nothing but their id and N: a late
+    submission or a withdrawn student moves nobody else, and shards already graded stay valid."""
+    return int.from_bytes(hashlib.sha256(student.encode("utf-8", "surrogateescape")).digest()[:8], "big") % count
+
+
+def split(students: list[str], count: int) -> list[list[str]]:
+    """``students`` in ``count`` shards (each sorted)."""
+    shards: list[list[str]] = [[] for _ in range(count)]
+    for s in sorted(students):
+        shards[shard_of(s, count)].append(s)
+    return shards
+
+
+class ShardError(RuntimeError):
+    """A shard argument, environment or folder that cannot be used; the message says why."""
+
+
+def parse_shard(text: str, env: dict | None = None) -> tuple[int, int, str]:
+    """``"I/N"`` or ``"auto"`` -> (index, count, where they came from). ``auto`` reads
+
+    * a Slurm job array: index SLURM_ARRAY_TASK_ID, count LAS_SHARD_COUNT if set, else
+      SLURM_ARRAY_TASK_COUNT (else SLURM_ARRAY_TASK_MAX + 1). The array must be ``--array=0-<N-1>``;
+      to rerun one task alone (``--array=3``, whose own count is 1) set LAS_SHARD_COUNT=N;
+    * a Kubernetes Indexed Job: index JOB_COMPLETION_INDEX, count LAS_SHARD_COUNT (the Job's
+      ``completions``; grader/extras/cluster/k8s_indexed_job.yaml sets it)."""
+    env = os.environ if env is None else env
+    if text != "auto":
+        try:
+            index, count = (int(p) for p in text.split("/"))
+        except ValueError:
+            raise ShardError(f"--shard {text!r}: expected I/N (e.g. 0/4) or auto") from None
+        where = f"--shard {text}"
+    else:
+        if env.get("SLURM_ARRAY_TASK_ID"):
+            names = ["SLURM_ARRAY_TASK_ID", "LAS_SHARD_COUNT", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MAX"]
+        elif env.get("JOB_COMPLETION_INDEX"):
+            names = ["JOB_COMPLETION_INDEX", "LAS_SHARD_COUNT"]
+        else:
+            raise ShardError("--shard auto: no SLURM_ARRAY_TASK_ID (Slurm job array) or JOB_COMPLETION_INDEX "
+                             "(Kubernetes Indexed Job) in the environment; pass --shard I/N")
+        found = {k: env[k] for k in names if env.get(k)}
+        counts = [int(found[k]) + (k == "SLURM_ARRAY_TASK_MAX") for k in names[1:] if k in found]
+        if not counts:
+            raise ShardError(f"--shard auto: {names[0]} is set but not the number of shards: set LAS_SHARD_COUNT")
+        # name only what was used: the index and the first count found
+        used = [names[0], next(k for k in names[1:] if k in found)]
+        where = ", ".join(f"{k}={found[k]}" for k in used)
+        index, count = int(found[names[0]]), counts[0]
+        if "LAS_SHARD_COUNT" not in found and int(env.get("SLURM_ARRAY_TASK_MIN") or 0) != 0:
+            raise ShardError(f"--shard auto ({where}): the array starts at {env['SLURM_ARRAY_TASK_MIN']}; submit "
+                             "--array=0-<N-1>, or set LAS_SHARD_COUNT=N to rerun some of its tasks")
+    if not (count >= 1 and 0 <= index < count):
+        raise ShardError(f"shard {index} of {count} ({where}): the index must be 0..{count - 1} (a Slurm array "
+                         "is --array=0-<N-1>, without a step)")
+    return index, count, where
+
+
+def shard_folder(root: Path, index: int, count: int) -> Path:
+    return Path(root) / f"{index}-of-{count}"
+
+
+def _write_json(path: Path, data: dict) -> None:
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
+
+
+def _replace_tree(src: Path, dst: Path) -> None:
+    """``dst`` becomes a copy of ``src`` (removed when ``src`` is absent)."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    if src.is_dir():
+        shutil.copytree(src, dst, symlinks=True)
+
+
+def prepare_shard(course: Course, index: int, count: int, root: Path | None = None,
+                  only: list[str] | None = None, settings=None) -> tuple[Course, list[str]]:  # settings: grader.results.Settings
+    """Set up shard ``index`` of ``count`` of the class in ``course``: its folder (default
+    ``grading/shards/<I>-of-<N>``) with the class's judge seed, a copy of each of its students'
+    submission and collect report, and ``shard.json``. Returns (the shard's course, its students).
+    ``only``: a subset of the class (``--student``). Refuses a folder graded with another seed."""
+    everyone = course.students()
+    unknown = [s for s in only or [] if s not in everyone]
+    if unknown:
+        raise FileNotFoundError(f"no submission folder for {', '.join(unknown)} under {course.grading / 'submitted'}")
+    seed = ensure_seed(course.grading)
+    folder = shard_folder(root or course.grading / "shards", index, count)
+    shard = Course(grading=folder, source=course.source, assignment=course.assignment)
+    mine = [s for s in split(everyone, count)[index] if not only or s in only]
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        give_seed(folder, seed, course.grading)
+    except ValueError as refused:
+        raise ShardError(str(refused)) from None
+    for s in mine:
+        _replace_tree(course.grading / "submitted" / s, folder / "submitted" / s)
+        report, copy = course.status_path("collect", s), shard.status_path("collect", s)
+        if report.exists():
+            copy.parent.mkdir(exist_ok=True)
+            shutil.copyfile(report, copy.with_suffix(".tmp"))
+            copy.with_suffix(".tmp").replace(copy)
+        else:
+            copy.unlink(missing_ok=True)
+    batch = batch_fingerprint(course, course.notebook_names(), seed, grade_settings(settings))
+    _write_json(folder / MANIFEST, {"index": index, "count": count, "students": mine, "batch": batch,
+                                    "seed": int(seed)})   # staff-only: merge-shards adopts it
+    return shard, mine
+
+
+def shard_folders(dirs: list[Path]) -> list[Path]:
+    """Each of ``dirs`` that holds a shard.json, and the shard folders directly inside the others."""
+    found = []
+    for d in dirs:
+        d = Path(d)
+        if (d / MANIFEST).is_file():
+            found.append(d)
+        elif d.is_dir():
+            found += sorted(p for p in d.iterdir() if (p / MANIFEST).is_file())
+    return found
+
+
 
 
 def _notebook_result(shard: Course, student: str, notebook: str, scratch: Path):
     """A NotebookResult as the shard merged it into its gradebook: every grade and comment, and a
     scratch copy of its autograded notebook (grader.scoring.merge cleans what it copies from it)."""
-    from nbgrader.api import Gradebook, MissingEntry
-
     result = NotebookResult(student, notebook, grades={})
     with Gradebook(shard.db_url, COURSE_ID) as gb:
         try:
@@ -47,8 +185,6 @@ def _notebook_result(shard: Course, student: str, notebook: str, scratch: Path):
 
 def _links_in(folder: Path) -> list[Path]:
     """Every symbolic link in ``folder`` (the folder itself included), links not followed."""
-    import os
-
     found = [folder] if folder.is_symlink() else []
     for top, dirs, files in os.walk(folder):
         found += [Path(top) / name for name in dirs + files if (Path(top) / name).is_symlink()]
@@ -59,8 +195,6 @@ def _grade_disagreements(shard: Course, student: str, status: dict, notebooks: l
     """Where a shard's gradebook disagrees with the judge's points in the student's status file: each
     test cell the judge scored must hold exactly those points, and a notebook the judge did not grade
     (unreadable, not submitted) no autograded point at all."""
-    from nbgrader.api import Gradebook, MissingEntry
-
     entries = status.get("notebooks") if isinstance(status.get("notebooks"), dict) else {}
     found = []
     with Gradebook(shard.db_url, COURSE_ID) as gb:
@@ -95,7 +229,7 @@ def merge_shards(course: Course, dirs: list[Path] | None = None, allow_missing: 
     would have left them. Refuses (ShardError) shards of different splits, seeds, assignments, grader
     code or settings, and, unless ``allow_missing``, any student of ``grading/submitted`` whose shard has
     not graded their present submission (the message names them per shard). Returns shard -> students merged."""
-    folders = _shard_folders(dirs or [course.grading / "shards"])
+    folders = shard_folders(dirs or [course.grading / "shards"])
     if not folders:
         raise ShardError(f"no shard folders (with {MANIFEST}) in "
                          + ", ".join(str(d) for d in dirs or [course.grading / "shards"]))
@@ -115,16 +249,16 @@ def merge_shards(course: Course, dirs: list[Path] | None = None, allow_missing: 
         values = {json.dumps(m["batch"][part], sort_keys=True) for m in manifests}
         if len(values) > 1:
             raise ShardError(f"shards graded with different {label}: " + "; ".join(
-                f"shard {m['index']}: {_short(m['batch'][part])}" for m in manifests)
-                + ": grade the odd ones again (every shard reads the class's grading/judge-seed.txt and source)")
+                f"shard {m['index']}: {short(m['batch'][part])}" for m in manifests)
+                + f": grade the odd ones again (every shard reads the class's grading/{SEED_FILE} and source)")
     batch = manifests[0]["batch"]
-    seed = _adopt_seed(course.grading, manifests[0]["seed"])
+    seed = adopt_seed(course.grading, manifests[0]["seed"])
     notebooks = course.notebook_names()
     current = batch_fingerprint(course, notebooks, seed, batch["settings"])
     for part, label in BATCH_PARTS.items():
         if current[part] != batch[part]:
-            raise ShardError(f"the shards were graded with other {label} ({_short(batch[part])}) than "
-                             f"{course.grading} has now ({_short(current[part])}): grade them again")
+            raise ShardError(f"the shards were graded with other {label} ({short(batch[part])}) than "
+                             f"{course.grading} has now ({short(current[part])}): grade them again")
     missing: dict[int, list[str]] = {}
     done: dict[int, list[tuple[str, dict]]] = {}
     for s in course.students():

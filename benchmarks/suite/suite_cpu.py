@@ -1,7 +1,7 @@
 """Where the test suite's time goes: each test's wall and CPU seconds, per file (the CI-time budget).
 
-    PYTHONPATH=benchmarks PYTEST_ADDOPTS="-p suite_cpu" SUITE_CPU=build/bench/suite_cpu.jsonl ./pack.sh test
-    python benchmarks/suite_cpu.py build/bench/suite_cpu.jsonl [--top 30]
+    PYTHONPATH=benchmarks/suite PYTEST_ADDOPTS="-p suite_cpu" SUITE_CPU=build/bench/suite_cpu.jsonl ./pack.sh test
+    python benchmarks/suite/suite_cpu.py build/bench/suite_cpu.jsonl [--top 30]
 
 As a pytest plugin (``-p suite_cpu``, also inside pytest-xdist workers) it appends one JSON line per test
 phase (setup, call, teardown) to ``$SUITE_CPU``: the test's id, its wall seconds, and the CPU seconds of the

@@ -5,10 +5,10 @@ process started from that interpreter runs it, whatever environment variables it
 per process, the CPU of each first import of a heavy library (torch, nbgrader, transformers, ...). Run
 what you want to measure in between, then report and remove the hook:
 
-    python benchmarks/import_meter.py on
+    python benchmarks/suite/import_meter.py on
     ./pack.sh test                                   # or anything else that starts processes
-    python benchmarks/import_meter.py report         # writes build/bench/import_meter.json
-    python benchmarks/import_meter.py off            # always: the hook slows every process a little
+    python benchmarks/suite/import_meter.py report         # writes build/bench/import_meter.json
+    python benchmarks/suite/import_meter.py off            # always: the hook slows every process a little
 
 Processes in the grader's sandbox cannot write the log (their build/ is a tmpfs of their own): a student
 session's imports are measured by benchmarks/session_start.py instead. Nested imports (numpy inside torch)
@@ -24,7 +24,7 @@ import site
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from utils.paths import build_dir  # noqa: E402

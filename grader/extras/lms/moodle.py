@@ -28,7 +28,7 @@ from pathlib import Path
 
 from .base import (ExportOptions, Index, LmsExport, LmsName, check_points_possible, exportable, lms_points,
                    parse_iso, squish)
-from ..course import write_csv
+from ...course import write_csv
 
 NAME = "moodle"
 DOCS = "https://docs.moodle.org/en/Grade_import"

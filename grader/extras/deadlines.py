@@ -3,8 +3,8 @@
 **Where a time comes from.** ``collect`` records each student's submission time in their collect report
 (``grading/collect/<student>.json``: ``submitted_at``, ISO 8601 in UTC, and ``time_source``):
 
-* ``--times FILE``, the LMS's own record: Canvas's Submissions API list saved as JSON (grader/lms/canvas.py),
-  Moodle's grading worksheet (grader/lms/moodle.py), or a CSV with a ``student`` column (the pack's id, or
+* ``--times FILE``, the LMS's own record: Canvas's Submissions API list saved as JSON (grader/extras/lms/canvas.py),
+  Moodle's grading worksheet (grader/extras/lms/moodle.py), or a CSV with a ``student`` column (the pack's id, or
   the LMS's user id / participant id) and a ``submitted_at`` column (ISO 8601 with a time zone, e.g.
   ``2026-11-20T23:59:00+01:00``; a time without a zone is read in the deadline's zone). A student missing
   from it is named by collect.
@@ -38,7 +38,9 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .course import Course, valid_student_id
+from nbgrader.api import Gradebook, MissingEntry
+
+from ..course import COURSE_ID, Course, valid_student_id
 from .lms import adapter_of
 from .lms.base import parse_iso
 from .lms.canvas import read_api_times
@@ -198,9 +200,6 @@ def _gradebook_extensions(course: Course) -> dict[str, float]:
     """student -> seconds of the extension set in nbgrader's gradebook (``SubmittedAssignment.extension``)."""
     if not course.db_path.exists():
         return {}
-    from nbgrader.api import Gradebook, MissingEntry
-
-    from .course import COURSE_ID
 
     with Gradebook(course.db_url, COURSE_ID) as gb:
         try:
@@ -278,9 +277,6 @@ def record_in_gradebook(course: Course, rows: list[dict], deadline: str | None =
     penalty is on the student's total, so it is spread over the notebooks in the sheet's order, none above
     its notebook's score; the sum is grades.csv's ``late_penalty``. Without a deadline the due date and the
     penalties are cleared; a submission's time is written whenever it is known."""
-    from nbgrader.api import Gradebook, MissingEntry
-
-    from .course import COURSE_ID
 
     if not course.db_path.exists():
         return

@@ -12,7 +12,7 @@ import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .course import Course, snapshot_db
+from ..course import Course, snapshot_db
 
 GRADEBOOK_TABLES = {"assignment", "student", "submitted_assignment", "grade"}
 

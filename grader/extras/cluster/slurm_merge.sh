@@ -1,8 +1,8 @@
 #!/bin/bash
-# Merge the shards of grader/cluster/slurm_array.sh and export grades.csv, as a Slurm job that runs once
+# Merge the shards of grader/extras/cluster/slurm_array.sh and export grades.csv, as a Slurm job that runs once
 # the array has ended, however its tasks ended (see slurm_array.sh's header):
-#   jobid=$(sbatch --parsable --cpus-per-task=8 --mem=32G grader/cluster/slurm_array.sh)
-#   sbatch --dependency=afterany:$jobid grader/cluster/slurm_merge.sh
+#   jobid=$(sbatch --parsable --cpus-per-task=8 --mem=32G grader/extras/cluster/slurm_array.sh)
+#   sbatch --dependency=afterany:$jobid grader/extras/cluster/slurm_merge.sh
 # If a shard has not graded all of its students (a task failed or was cancelled), merge-shards refuses,
 # exits 1 and this log names the missing students per shard; resubmit that task as the array's header
 # says and submit this merge again with --dependency=afterany:<the new job id>.
