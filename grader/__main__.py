@@ -79,16 +79,18 @@ def cmd_release(args) -> int:
 
 
 def cmd_bundle(args) -> int:
-    from .bundle import build_bundle, load_config
+    from .bundle import build_bundle, bundle_urls, load_config
 
     config = load_config()
-    folder, archive = build_bundle(Path(args.out) if args.out else None, pack_url=args.pack_url, config=config)
+    folder, archive = build_bundle(Path(args.out) if args.out else None, pack_url=args.pack_url,
+                                   colab_url=args.colab_url, config=config)
     files = [p for p in folder.rglob("*") if p.is_file()]
-    url = config.pack_url if args.pack_url is None else args.pack_url
+    url, colab = bundle_urls(config, args.pack_url, args.colab_url)
     print(f"bundle: {folder} ({len(files)} files; checked: no solution block in any file)")
     print(f"zip:    {archive} ({archive.stat().st_size / 1e6:.1f} MB)")
     print(f"pack URL in every setup cell: {url or '(none: set pack_url in grader/bundle.toml or pass --pack-url)'}")
-    print(f"lecturer's notes (Open in Colab links): {archive.parent / 'LECTURER.md'}")
+    print(f"Open in Colab links in the student README: {colab or '(none: pass --colab-url https://github.com/ORG/REPO/blob/BRANCH)'}")
+    print(f"lecturer's notes (where to publish what): {archive.parent / 'LECTURER.md'}")
     return 0
 
 
@@ -330,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bundle", help="write the student bundle (folder and zip) under build/bundle")
     p.add_argument("--out", help="output folder (default build/bundle)")
     p.add_argument("--pack-url", help="URL (or local path) of the zip for Colab setup cells (default: grader/bundle.toml)")
+    p.add_argument("--colab-url", help="https://github.com/ORG/REPO/blob/BRANCH where you publish the bundle's folder "
+                                       "and zip: Open in Colab links in its README, and the zip's link in the setup "
+                                       "cells when no pack URL is set (default: grader/bundle.toml)")
     p = sub.add_parser("collect", help="import submissions from a folder")
     p.add_argument("path")
     p.add_argument("--times", action="append",

@@ -1,6 +1,6 @@
 """The student bundle: the folder and zip a lecturer hands out, made by code.
 
-    python -m grader bundle [--out build/bundle] [--pack-url URL]
+    python -m grader bundle [--out build/bundle] [--pack-url URL] [--colab-url URL]
 
 writes ``build/bundle/ex01-student/`` and ``build/bundle/ex01-student.zip`` holding exactly what a
 student needs and nothing that grades:
@@ -18,7 +18,13 @@ Nothing from ``solutions/``, ``grader/``, ``tests/`` or ``benchmarks/`` is copie
 that no five consecutive lines of any solution block appear in any file of the bundle.
 
 The pack URL (where hosted notebooks such as Google Colab fetch the zip) is set in ONE place,
-``grader/bundle.toml``, or per run with ``--pack-url``.
+``grader/bundle.toml``, or per run with ``--pack-url``. ``--colab-url https://github.com/ORG/REPO/blob/BRANCH``
+(or ``colab_url`` there) names the GitHub repository and branch where the lecturer publishes the bundle's
+folder and its zip: the bundle's README then lists an "Open in Colab" link per notebook, and the setup cells
+fetch the zip from that branch unless a pack URL is set.
+
+``python -m grader.bundle --rewrite-setup [NOTEBOOK_DIR]`` rewrites the setup cell of every source notebook
+(solutions/ex01 by default) to the quiet form :func:`quiet_setup_source` describes, and nothing else.
 """
 
 from __future__ import annotations
@@ -34,13 +40,19 @@ import tempfile
 import time
 import tokenize
 import tomllib
+import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import nbformat
+from nbgrader.utils import compute_checksum
+
+from utils.hosted_install import with_setup_bootstrap
 from utils.notebook_cells import cell_source, grade_id, is_rubric, nbgrader_meta, read_notebook, write_notebook_json
 
 from . import ASSIGNMENT, GRADER_DIR, ROOT
+from .release import generate_release
 
 BUNDLE_NAME = f"{ASSIGNMENT}-student"
 CONFIG = GRADER_DIR / "bundle.toml"
@@ -64,13 +76,17 @@ DATA_EXCLUDED = ("cifar-10-batches-py", "cache")
 
 @dataclass(frozen=True)
 class BundleConfig:
-    """``grader/bundle.toml``: ``pack_url`` (the zip's public URL, or a local path; "" = not set),
-    ``colab_repo`` ("owner/name" on GitHub holding notebooks/ex01, for "Open in Colab" links; "" = none)
-    and ``colab_branch``."""
+    """``grader/bundle.toml``: ``pack_url`` (the zip's public URL, or a local path; "" = not set) and
+    ``colab_url`` (``https://github.com/ORG/REPO/blob/BRANCH``, optionally ``/FOLDER``: where the bundle's
+    folder and zip are published, for "Open in Colab" links; "" = none)."""
 
     pack_url: str = ""
-    colab_repo: str = ""
-    colab_branch: str = "main"
+    colab_url: str = ""
+
+
+#: ``https://github.com/ORG/REPO/blob/BRANCH[/FOLDER]`` (``tree`` for ``blob`` too): where a lecturer
+#: publishes the bundle on GitHub (see :func:`colab_publication`).
+GITHUB_URL = re.compile(r"https://github\.com/(?P<repo>[\w.-]+/[\w.-]+)/(?:blob|tree)/(?P<branch>[\w./-]+?)/?")
 
 
 def load_config(path: Path = CONFIG) -> BundleConfig:
@@ -102,12 +118,76 @@ def without_pack_url(source: str) -> str:
     return PACK_URL_LINE.sub(lambda m: f'{m["indent"]}PACK_URL = ""', source)
 
 
-def colab_links(config: BundleConfig, notebooks: list[str]) -> list[str]:
-    """The "Open in Colab" URLs of ``notebooks`` (file names) for ``config.colab_repo``; [] if unset."""
-    if not config.colab_repo:
+def colab_publication(colab_url: str) -> tuple[str, str]:
+    """``(colab_base, zip_url)`` for the GitHub folder ``colab_url`` where the bundle's folder and zip are
+    published (``https://github.com/ORG/REPO/blob/BRANCH``; a branch with a slash is read as BRANCH/FOLDER,
+    so publish at the root of such a branch): ``colab_base`` + ``/notebooks/ex01/<name>`` opens a notebook in
+    Colab, ``zip_url`` is the zip's raw download link. Raises ``ValueError`` on any other URL."""
+    match = GITHUB_URL.fullmatch(colab_url.strip())
+    if not match or '"' in colab_url:
+        raise ValueError(f"--colab-url must look like https://github.com/ORG/REPO/blob/BRANCH (the GitHub branch, "
+                         f"or a folder in it, where the bundle is published), got {colab_url!r}")
+    repo, path = match["repo"], match["branch"].strip("/")
+    return (f"https://colab.research.google.com/github/{repo}/blob/{path}",
+            f"https://github.com/{repo}/raw/{path}/{BUNDLE_NAME}.zip")
+
+
+def colab_links(colab_url: str, notebooks: list[str]) -> list[str]:
+    """The "Open in Colab" URLs of ``notebooks`` (file names) published at ``colab_url``; [] if it is ""."""
+    if not colab_url:
         return []
-    return [f"https://colab.research.google.com/github/{config.colab_repo}/blob/{config.colab_branch}/"
-            f"notebooks/{ASSIGNMENT}/{name}" for name in notebooks]
+    base, _ = colab_publication(colab_url)
+    return [f"{base}/notebooks/{ASSIGNMENT}/{name}" for name in notebooks]
+
+
+def readme_colab_section(links: list[str]) -> str:
+    """The student README's "Open in Colab" part: one link per notebook, or how to work on Colab without them."""
+    if links:
+        return "\n".join(f"- [{Path(link).name}]({link})" for link in links)
+    return ("Your lecturer has published no Colab links with this copy. To work on Colab anyway: on "
+            "colab.research.google.com, *File → Upload notebook* and pick a notebook from "
+            f"`notebooks/{ASSIGNMENT}/`; upload `{BUNDLE_NAME}.zip` in the *Files* pane (it lands in `/content/`); "
+            f"in a new cell above the setup cell run `%env LAS_PACK_URL=/content/{BUNDLE_NAME}.zip`, then run the "
+            "notebook from the top. (Lecturers: `python -m grader bundle --colab-url "
+            "https://github.com/ORG/REPO/blob/BRANCH` writes a link per notebook here.)")
+
+
+# ------------------------------------------------------------------------- quiet setup cells
+#: ``| config: {cfg}`` inside a setup cell's print: the preset's 13 to 30 settings, wrapped over lines
+CONFIG_IN_PRINT = re.compile(r"\s*\|\s*config: \{cfg\}")
+#: a setup cell's line that prints nothing but the preset's settings
+CONFIG_PRINT_LINE = re.compile(r'^[ \t]*print\(f"Config: \{cfg\}"\)[ \t]*\n?', re.MULTILINE)
+
+
+def quiet_setup_source(source: str) -> str:
+    """A setup cell's ``source`` as it should be: the current hosted bootstrap
+    (``utils.hosted_install.with_setup_bootstrap``: silent unless it fails) and no print of the preset's
+    settings (``utils.presets`` says in the preset line how to see them), so that on success the cell
+    prints at most three lines: the preset, the device, the data. Idempotent."""
+
+    source = with_setup_bootstrap(source)
+    source = CONFIG_PRINT_LINE.sub("", source)
+    return CONFIG_IN_PRINT.sub("", source)
+
+
+def rewrite_setup_cells(folder: Path | None = None) -> list[str]:
+    """Rewrite, in place, the setup cell (grade_id ``setup``) of every notebook in ``folder`` (default
+    solutions/ex01) with :func:`quiet_setup_source`; every other cell and the file's formatting stay as
+    they are. Returns the names of the notebooks it changed (none on a second run)."""
+    folder = Path(folder) if folder is not None else ROOT / "solutions" / ASSIGNMENT
+    changed = []
+    for nb in sorted(folder.glob("*.ipynb")):
+        data = read_notebook(nb)
+        setups = [cell for cell in data["cells"] if grade_id(cell) == "setup"]
+        if len(setups) != 1:
+            raise RuntimeError(f"{nb}: expected one setup cell (grade_id 'setup'), found {len(setups)}")
+        before = cell_source(setups[0])
+        after = quiet_setup_source(before)
+        if after != before:
+            setups[0]["source"] = after
+            write_notebook_json(nb, data)
+            changed.append(nb.name)
+    return changed
 
 
 def _student_requirements(text: str) -> str:
@@ -141,10 +221,7 @@ def _copy_tree(src: Path, dst: Path, *, suffixes: tuple[str, ...] | None = None,
 
 def _release_notebooks(dest: Path, pack_url: str) -> list[str]:
     """Generate the release into ``dest`` (nbgrader, from solutions/) and stamp the pack URL."""
-    import nbformat
-    from nbgrader.utils import compute_checksum
 
-    from .release import generate_release
 
     with tempfile.TemporaryDirectory(prefix="las-bundle-") as tmp:
         generated = generate_release(Path(tmp))
@@ -178,14 +255,27 @@ def _server_config() -> str:
     return json.dumps({"ServerApp": {"jpserver_extensions": off}}, indent=2) + "\n"
 
 
-def build_bundle(out: Path | None = None, *, pack_url: str | None = None,
+def bundle_urls(config: BundleConfig, pack_url: str | None = None, colab_url: str | None = None) -> tuple[str, str]:
+    """``(pack_url, colab_url)`` of a build: each option (``None``: not given) overrides
+    ``grader/bundle.toml``; with a Colab URL and no pack URL anywhere, the zip published beside it."""
+    colab = config.colab_url if colab_url is None else colab_url
+    url = config.pack_url if pack_url is None else pack_url
+    if colab and not url:
+        url = colab_publication(colab)[1]
+    elif colab:
+        colab_publication(colab)  # refuse a malformed URL early
+    return url, colab
+
+
+def build_bundle(out: Path | None = None, *, pack_url: str | None = None, colab_url: str | None = None,
                  config: BundleConfig | None = None) -> tuple[Path, Path]:
     """Write the student bundle. Returns ``(folder, zip)``: ``out/ex01-student`` and its zip.
 
-    ``pack_url`` overrides ``grader/bundle.toml``'s (``None``: use the file's). The folder is rebuilt
-    from scratch; the zip holds it under one top-level folder ``ex01-student/``."""
+    ``pack_url`` and ``colab_url`` override ``grader/bundle.toml``'s (``None``: use the file's; see
+    :func:`bundle_urls`). The folder is rebuilt from scratch; the zip holds it under one top-level folder
+    ``ex01-student/``."""
     config = config or load_config()
-    url = config.pack_url if pack_url is None else pack_url
+    url, colab = bundle_urls(config, pack_url, colab_url)
     out = Path(out) if out is not None else ROOT / "build" / "bundle"
     folder = out / BUNDLE_NAME
     if folder.exists():
@@ -193,6 +283,7 @@ def build_bundle(out: Path | None = None, *, pack_url: str | None = None,
     folder.mkdir(parents=True)
 
     names = _release_notebooks(folder / "notebooks" / ASSIGNMENT, url)
+    links = colab_links(colab, names)
     _copy_tree(ROOT / "utils", folder / "utils", suffixes=(".py",))
     _copy_tree(ROOT / "data", folder / "data", exclude=DATA_EXCLUDED)
     for name in ("requirements.txt", "environment.yml"):
@@ -202,8 +293,8 @@ def build_bundle(out: Path | None = None, *, pack_url: str | None = None,
             target = folder / template.relative_to(TEMPLATES)
             target.parent.mkdir(parents=True, exist_ok=True)
             text = template.read_text(encoding="utf-8")
-            target.write_text(text.replace("{{BUNDLE_NAME}}", BUNDLE_NAME).replace("{{ASSIGNMENT}}", ASSIGNMENT),
-                              encoding="utf-8")
+            text = text.replace("{{BUNDLE_NAME}}", BUNDLE_NAME).replace("{{ASSIGNMENT}}", ASSIGNMENT)
+            target.write_text(text.replace("{{COLAB_LINKS}}", readme_colab_section(links)), encoding="utf-8")
     (folder / "pack.sh").chmod(0o755)
     # read by JupyterLab through JUPYTER_CONFIG_PATH, which pack.sh points at jupyter/
     labconfig = folder / "jupyter" / "labconfig"
@@ -235,23 +326,26 @@ def build_bundle(out: Path | None = None, *, pack_url: str | None = None,
                 zf.writestr(info, path.read_bytes())
     os.replace(partial, archive)
 
-    links = colab_links(config, names)
     lecturer = out / "LECTURER.md"
-    lecturer.write_text(_lecturer_notes(folder, archive, url, links), encoding="utf-8")
+    lecturer.write_text(_lecturer_notes(folder, archive, url, colab, links), encoding="utf-8")
     return folder, archive
 
 
-def _lecturer_notes(folder: Path, archive: Path, url: str, links: list[str]) -> str:
+def _lecturer_notes(folder: Path, archive: Path, url: str, colab: str, links: list[str]) -> str:
     lines = [f"# Handing out {BUNDLE_NAME}", "",
              f"- Folder: `{folder}`", f"- Zip: `{archive}` (upload it where students can download it)",
              f"- Pack URL written into every setup cell: "
              f"`{url or '(none: on a hosted notebook, students must upload the zip and set PACK_URL themselves)'}`"
              " (set it once in `grader/bundle.toml`, or `python -m grader bundle --pack-url URL`)", ""]
     if links:
-        lines += ["## Open in Colab", ""] + [f"- [{Path(link).name}]({link})" for link in links]
+        lines += ["## Open in Colab", "",
+                  f"Publish at {colab}: the contents of `{folder}` and `{archive.name}` beside them (e.g. clone the "
+                  f"repository, copy both in, commit, push). The student README lists these links:", ""]
+        lines += [f"- [{Path(link).name}]({link})" for link in links]
     else:
-        lines += ["Set `colab_repo = \"owner/name\"` in `grader/bundle.toml` (a public GitHub repository holding "
-                  f"the bundle's `notebooks/{ASSIGNMENT}/`) to get \"Open in Colab\" links here."]
+        lines += ["No \"Open in Colab\" links: `python -m grader bundle --colab-url https://github.com/ORG/REPO/blob/BRANCH` "
+                  "(or `colab_url` in `grader/bundle.toml`), where you publish this folder and its zip, writes one per "
+                  "notebook into the student README (and the zip's link into the setup cells when no pack URL is set)."]
     return "\n".join(lines) + "\n"
 
 
@@ -356,3 +450,24 @@ def leaks(folder: Path, solutions: Path | None = None, window: int = WINDOW) -> 
                 found.append(f"{path.relative_to(folder)} repeats {window} lines of {hit}")
                 break
     return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m grader.bundle --rewrite-setup [NOTEBOOK_DIR ...]``: :func:`rewrite_setup_cells`."""
+
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] != "--rewrite-setup":
+        print("usage: python -m grader.bundle --rewrite-setup [NOTEBOOK_DIR ...]  (default solutions/ex01; "
+              "the bundle itself: python -m grader bundle)", file=sys.stderr)
+        return 2
+    for folder in args[1:] or [None]:
+        changed = rewrite_setup_cells(Path(folder) if folder else None)
+        where = folder or f"solutions/{ASSIGNMENT}"
+        print(f"{where}: setup cell rewritten in {', '.join(changed)}" if changed
+              else f"{where}: every setup cell is already quiet")
+    print("next: python -m grader release (the student notebooks follow the source ones)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -30,6 +30,9 @@ import re
 import sys
 from pathlib import Path
 
+from grader.cases import RULE_CHECKS, rule_check
+from grader.judge import CASE_KINDS, case_kind, function_of, load_cases, main_cases, value_gates
+from . import ROOT
 from utils.notebook_cells import EXTENSION_TAG, RUBRIC_TAG, cell_source, drop_rubrics, is_extension, \
     is_rubric, is_written_answer, nbgrader_meta, notebook_cells  # noqa: F401 - EXTENSION_TAG, is_rubric: re-exported
 
@@ -95,7 +98,6 @@ def core_points_by_kind(nb, stem: str) -> dict[str, float]:
     """{case kind: core autograded points} of one source notebook: each core test cell's points split
     over its judge cases by weight (grader/checks/<stem>.py), summed per kind (``value``,
     ``property``, ``rule``, ``given``). A cell without cases counts as ``value``."""
-    from grader.judge import CASE_KINDS, case_kind, load_cases
 
     out = dict.fromkeys(CASE_KINDS, 0.0)
     cases = load_cases(stem)
@@ -117,8 +119,6 @@ def core_points_by_kind(nb, stem: str) -> dict[str, float]:
 def core_points_by_check(nb, stem: str) -> dict[str, float]:
     """{what a rule checks (grader/cases.py RULE_CHECKS): core autograded points} of one source notebook,
     over its "rule" cases only (a "given" check of a rule weighs nothing)."""
-    from grader.cases import RULE_CHECKS, rule_check
-    from grader.judge import case_kind, load_cases
 
     out = dict.fromkeys(RULE_CHECKS, 0.0)
     cases = load_cases(stem)
@@ -143,7 +143,6 @@ def core_stems(folder: Path) -> list[str]:
 def core_rule_share(folder: Path | None = None) -> tuple[dict[str, float], float]:
     """({case kind: core autograded points} summed over the source notebooks of ``folder``, the share of
     those points that "rule" cases earn): the number the 10 % limit holds."""
-    from . import ROOT
 
     folder = folder or ROOT / "solutions" / "ex01"
     kinds: dict[str, float] = {}
@@ -165,7 +164,6 @@ def markdown_words(nb) -> int:
 def core_markdown_words(folder: Path | None = None) -> dict[str, int]:
     """{stem: markdown words of its student release} for every core notebook of the source ``folder``
     (solutions/<assignment>); the release is notebooks/<assignment>/<stem>.ipynb."""
-    from . import ROOT
 
     folder = folder or ROOT / "solutions" / "ex01"
     release = ROOT / "notebooks" / folder.name
@@ -175,7 +173,6 @@ def core_markdown_words(folder: Path | None = None) -> dict[str, int]:
 def gate_lines(stem: str) -> list[str]:
     """One line per graded function of ``stem`` that has cases other than value cases: its main value cases
     (``MAIN`` of grader/checks/<stem>.py) and every case they gate, with its kind (grader/judge.py value_gates)."""
-    from grader.judge import case_kind, function_of, load_cases, main_cases, value_gates
 
     fn = function_of(stem)
     main = main_cases(stem)
@@ -236,7 +233,6 @@ strip_rubrics = drop_rubrics   # ``nb`` without its rubric cells (in place; retu
 
 def main(argv: list[str] | None = None) -> int:
     """Print the core proxy of every source notebook and the rubric problems; exit 1 over the limits."""
-    from . import ROOT
 
     folder = Path(argv[0]) if argv else ROOT / "solutions" / "ex01"
     total = dict.fromkeys(("core_lines", "extension_lines", "core_written", "extension_written",

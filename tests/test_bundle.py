@@ -27,11 +27,16 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.name for p in (REPO / "solutions" / "ex01").glob("*.ipynb"))
 
 
+#: where the test's lecturer publishes the bundle on GitHub (``--colab-url``)
+COLAB_URL = "https://github.com/course-org/las-ex01/blob/main"
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """(folder, zip) of a bundle whose setup cells point at its own zip (a local path)."""
+    """(folder, zip) of a bundle whose setup cells point at its own zip (a local path), published on
+    GitHub at COLAB_URL ("Open in Colab" links in its README)."""
     out = tmp_path_factory.mktemp("bundle")
-    return build_bundle(out, pack_url=str(out / f"{BUNDLE_NAME}.zip"))
+    return build_bundle(out, pack_url=str(out / f"{BUNDLE_NAME}.zip"), colab_url=COLAB_URL)
 
 
 def _setup_cell(nb_path: Path) -> dict:
@@ -94,14 +99,51 @@ def test_stamp_pack_url_refuses_what_would_break_the_cell():
 
 def test_bundle_config_is_read_from_one_place(tmp_path):
     config = tmp_path / "bundle.toml"
-    config.write_text('pack_url = "https://example.org/ex01-student.zip"\ncolab_repo = "course/ex01"\n')
+    config.write_text('pack_url = "https://example.org/ex01-student.zip"\n'
+                      'colab_url = "https://github.com/course/ex01/blob/main"\n')
     loaded = bundle.load_config(config)
     assert loaded.pack_url == "https://example.org/ex01-student.zip"
-    links = bundle.colab_links(loaded, ["task1_infonce.ipynb"])
+    links = bundle.colab_links(loaded.colab_url, ["task1_infonce.ipynb"])
     assert links == ["https://colab.research.google.com/github/course/ex01/blob/main/notebooks/ex01/task1_infonce.ipynb"]
+    assert bundle.bundle_urls(loaded) == (loaded.pack_url, loaded.colab_url), "a set pack URL wins"
     config.write_text('pack_ur1 = "typo"\n')
     with pytest.raises(ValueError, match="unknown keys"):
         bundle.load_config(config)
+
+
+def test_the_colab_url_gives_links_and_the_zip_published_beside_them():
+    """``--colab-url`` names the GitHub branch (or a folder in it) where the lecturer publishes the bundle's
+    folder and zip: the "Open in Colab" links follow it, and so does the pack URL when none is set."""
+    config = bundle.BundleConfig()
+    assert bundle.bundle_urls(config) == ("", "")
+    for url, base in ((COLAB_URL, "course-org/las-ex01/blob/main"),
+                      ("https://github.com/course-org/teaching/tree/ws2026/ex01/", "course-org/teaching/blob/ws2026/ex01")):
+        pack_url, colab = bundle.bundle_urls(config, colab_url=url)
+        assert colab == url
+        assert pack_url == f"https://github.com/{base.replace('/blob/', '/raw/', 1)}/{BUNDLE_NAME}.zip", pack_url
+        assert bundle.colab_links(url, ["task1_infonce.ipynb"]) == [
+            f"https://colab.research.google.com/github/{base}/notebooks/ex01/task1_infonce.ipynb"]
+    assert bundle.bundle_urls(config, pack_url="https://x.org/p.zip", colab_url=COLAB_URL)[0] == "https://x.org/p.zip"
+    for bad in ("https://gitlab.com/org/repo/blob/main", "https://github.com/org/repo", 'https://github.com/o/r/blob/m"'):
+        with pytest.raises(ValueError, match="--colab-url must look like"):
+            bundle.bundle_urls(config, colab_url=bad)
+
+
+def test_the_students_readme_lists_the_colab_links_or_says_how_to_do_without(built):
+    folder, _ = built
+    readme = (folder / "README.md").read_text()
+    assert "{{" not in readme, "a template placeholder was left in the README"
+    for name in NOTEBOOKS:
+        link = f"https://colab.research.google.com/github/course-org/las-ex01/blob/main/notebooks/ex01/{name}"
+        assert f"[{name}]({link})" in readme, f"no Open in Colab link for {name}"
+    lecturer = (folder.parent / "LECTURER.md").read_text()
+    assert COLAB_URL in lecturer and f"{BUNDLE_NAME}.zip" in lecturer, lecturer
+    without = bundle.readme_colab_section([])
+    for must in ("Upload notebook", f"%env LAS_PACK_URL=/content/{BUNDLE_NAME}.zip",
+                 "python -m grader bundle --colab-url https://github.com/ORG/REPO/blob/BRANCH"):
+        assert must in without, f"without links the README does not say {must!r}"
+    for name in NOTEBOOKS:   # the course repository's own notebooks keep an empty PACK_URL
+        assert 'PACK_URL = ""' in _setup_cell(REPO / "solutions" / "ex01" / name)["source"], name
 
 
 # ---------------------------------------------------------------------------------------- leaks

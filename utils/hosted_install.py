@@ -53,15 +53,15 @@ except ImportError:  # a hosted notebook (Colab, Kaggle, Binder, a JupyterHub) w
     import os, sys, urllib.request
     PACK_URL = "" or os.environ.get("LAS_PACK_URL", "")  # `python -m grader bundle` writes the zip's link here
     if not PACK_URL:
-        raise ImportError("The course pack is not installed, and this notebook has no PACK_URL to fetch it from.\n- "
-                          "own computer: run ./pack.sh env in the unpacked ex01-student folder;\n- Colab & co.: ask "
-                          "your lecturer for the link to ex01-student.zip or upload ex01-student.zip; set PACK_URL to "
-                          "it here or with %env LAS_PACK_URL=... in a new cell above;\n- lecturer (course repository): "
-                          "set pack_url in its bundle settings, rerun python -m grader bundle.") from None
+        raise ImportError("The course pack is not installed and this notebook has no PACK_URL. Own computer: run "
+                          "./pack.sh env in the unpacked ex01-student folder. Colab & co.: ask your lecturer for the "
+                          "link to ex01-student.zip (or upload ex01-student.zip), run %env LAS_PACK_URL=<the link or "
+                          "path> in a new cell above, then this cell again. Lecturer: python -m grader bundle "
+                          "--pack-url URL.") from None
     PACK_ZIP = urllib.request.urlretrieve(PACK_URL)[0] if "://" in PACK_URL else PACK_URL  # a link or a path
     sys.path.insert(0, os.path.join(PACK_ZIP, "ex01-student", "utils"))  # the installer, read from the zip
     import hosted_install
-    hosted_install.install_pack(PACK_ZIP, PACK_URL)  # into ~/ex01-student, with its pinned packages
+    hosted_install.install_pack(PACK_ZIP, PACK_URL)  # into ~/ex01-student with its pinned packages; silent if ok
 """.lstrip("\n")
 
 
@@ -92,20 +92,54 @@ def install_pack(pack_zip: str, pack_url: str) -> None:
     (downloaded from, or the path, ``pack_url``): unpack the pack into ``~/<its folder>`` (all but its
     notebooks/: a notebook unpacked there earlier may hold the student's answers), import the pack from
     that folder from now on (not from the zip, and never a runtime's own ``utils``), then
-    :func:`install_pinned_requirements`."""
+    :func:`install_pinned_requirements`.
+
+    Silent when it succeeds: the setup cell's own lines (preset, device, data) are what a student reads.
+    While it runs, a notebook shows one status line that is removed at the end (:class:`_TransientStatus`);
+    what it decided and pip's output go to :data:`INSTALL_LOG` in the unpacked folder. A failure is one
+    ``RuntimeError`` line that says what to do."""
     in_zip = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # <zip>/ex01-student
     pack_dir = os.path.join(os.path.expanduser("~"), os.path.basename(in_zip))
-    print(f"The course pack is not installed: installing it from {pack_url} into {pack_dir}, with its pinned "
-          "packages (1 to 3 minutes, once per runtime; up to 10 if PyTorch is missing too) ...")
-    with zipfile.ZipFile(pack_zip) as pack:
-        pack.extractall(os.path.dirname(pack_dir), [n for n in pack.namelist() if "/notebooks/" not in n])
-    zip_entries = os.path.abspath(pack_zip) + os.sep
-    sys.path[:] = [p for p in sys.path if not os.path.abspath(p).startswith(zip_entries)]
-    sys.path.insert(0, pack_dir)
-    for name in [m for m in sys.modules if m == "utils" or m.startswith("utils.")]:
-        del sys.modules[name]  # a `utils` of the runtime's own must not hide the pack's
-    importlib.invalidate_caches()
-    install_pinned_requirements(pack_dir)  # keeps the runtime's torch and torchvision when it has both
+    with _TransientStatus(f"Installing the course pack from {pack_url} into {pack_dir} with its pinned packages: "
+                          "1 to 3 minutes, once per runtime (up to 10 if PyTorch is missing too) ..."):
+        with zipfile.ZipFile(pack_zip) as pack:
+            pack.extractall(os.path.dirname(pack_dir), [n for n in pack.namelist() if "/notebooks/" not in n])
+        zip_entries = os.path.abspath(pack_zip) + os.sep
+        sys.path[:] = [p for p in sys.path if not os.path.abspath(p).startswith(zip_entries)]
+        sys.path.insert(0, pack_dir)
+        for name in [m for m in sys.modules if m == "utils" or m.startswith("utils.")]:
+            del sys.modules[name]  # a `utils` of the runtime's own must not hide the pack's
+        importlib.invalidate_caches()
+        install_pinned_requirements(pack_dir)  # keeps the runtime's torch and torchvision when it has both
+
+
+#: What the hosted install decided and pip's whole output, in the unpacked pack's folder.
+INSTALL_LOG = "hosted-install.log"
+
+
+class _TransientStatus:
+    """A status line shown in the notebook while a long step runs and removed when it succeeds (a
+    display updated to nothing); it stays when the step fails. Outside a notebook kernel (a script,
+    a test) nothing is shown."""
+
+    def __init__(self, text: str):
+        self.text, self.handle = text, None
+
+    def __enter__(self):
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+        except ImportError:
+            return self
+        shell = get_ipython()
+        if shell is not None and getattr(shell, "kernel", None) is not None:
+            self.handle = display({"text/plain": self.text}, raw=True, display_id=True)
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        if self.handle is not None and kind is None:
+            self.handle.update({"text/plain": ""}, raw=True)
+        return False
 
 
 def canonical(name: str) -> str:
@@ -173,16 +207,16 @@ def _import_names() -> dict[str, set[str]]:
 
 def install_pinned_requirements(pack_dir: str) -> None:
     """Install the pinned requirements of the unpacked pack in ``pack_dir`` (see the module's docstring)
-    with this kernel's pip, and check that this kernel now sees each at its pin.
+    with this kernel's pip, and check that this kernel now sees each at its pin. Prints nothing: what it
+    kept and why, pip's output and what pip changed go to :data:`INSTALL_LOG` in ``pack_dir``.
 
-    Raises ``RuntimeError`` when pip fails (with the end of its output), and when the kernel must be
-    restarted: a package pip changed was already imported here, or pip put a package where this
+    Raises ``RuntimeError``, one line that says what to do, when pip fails (its last line and the log's
+    path), and when the kernel must be restarted: a package pip changed was already imported here, or pip put a package where this
     kernel does not look yet (a user site created by this install)."""
     with open(os.path.join(pack_dir, "requirements.txt"), encoding="utf-8") as f:
         requirements = f.read()
+    log_path = os.path.join(pack_dir, INSTALL_LOG)
     lines, constraints, notes = plan(requirements, {name: installed_version(name) for name in TORCH_PAIR})
-    for note in notes:
-        print(note)
     to_install = {canonical(requirement_name(line)) for line in lines}
     wanted = {name: version for name, version in pins(requirements).items() if name in to_install}
     before = {name: installed_version(name) for name in wanted}
@@ -195,11 +229,13 @@ def install_pinned_requirements(pack_dir: str) -> None:
         command = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "-q",
                    "-r", requirement_file, "-c", constraint_file]
         pip = subprocess.run(command, capture_output=True, text=True)
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write("\n".join(notes + [f"$ {' '.join(command)}", f"(exit {pip.returncode})", pip.stdout + pip.stderr]))
     if pip.returncode != 0:
-        tail = "\n".join((pip.stdout + pip.stderr).strip().splitlines()[-25:])
-        raise RuntimeError(f"pip could not install the course pack's pinned requirements (exit {pip.returncode}). "
-                           f"The end of its output:\n{tail}\nThis runtime needs internet access to PyPI; if it has "
-                           "it, show this message to your lecturer.")
+        last = next((ln.strip() for ln in reversed((pip.stdout + pip.stderr).splitlines()) if ln.strip()), "")
+        raise RuntimeError(f"pip could not install the course pack's pinned packages (exit {pip.returncode}: "
+                           f"{last[:160]}); this runtime needs internet access to PyPI: if it has it, run the cell "
+                           f"again, and if that fails too, show {log_path} (pip's whole output) to your lecturer.")
 
     importlib.invalidate_caches()  # packages new to an existing folder of sys.path become importable
     user_site = site.getusersitepackages() if site.ENABLE_USER_SITE else None
@@ -214,13 +250,14 @@ def install_pinned_requirements(pack_dir: str) -> None:
                       and any(module in sys.modules for module in imports.get(name, ()))]
     not_seen = [f"{name} (sees {after[name] or 'none'}, pinned {version})" for name, version in wanted.items()
                 if after[name] != version]
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"\npip changed {len(changed)} of {len(wanted)} pinned packages: "
+                  f"{', '.join(f'{n} {after[n]}' for n in changed) or 'none'}\n")
     if already_loaded or not_seen:
+        why = ([f"already imported at another version: {', '.join(already_loaded)}"] if already_loaded else []) + (
+            [f"not visible yet: {', '.join(not_seen)}"] if not_seen else [])
         raise RuntimeError(
-            "pip installed the course pack's pinned packages, but this kernel cannot use them until it restarts: "
-            + (f"already imported at another version: {', '.join(already_loaded)}. " if already_loaded else "")
-            + (f"not visible yet: {', '.join(not_seen)}. " if not_seen else "")
-            + "Restart the kernel (Colab: Runtime > Restart session; Jupyter: Kernel > Restart Kernel) and run the "
-              "notebook again from the top: the next run finds everything installed and takes seconds. If this "
-              "message comes back after a restart, show it to your lecturer.")
-    print(f"The course pack is ready ({pack_dir} on sys.path); pip changed {len(changed)} of "
-          f"{len(wanted)} pinned packages" + (f": {', '.join(f'{n} {after[n]}' for n in changed)}." if changed else "."))
+            "Restart the kernel (Colab: Runtime > Restart session; Jupyter: Kernel > Restart Kernel) and run the "
+            "notebook again from the top: pip installed the course pack's pinned packages, but this kernel cannot "
+            f"use them before a restart ({'; '.join(why)}). The next run finds everything installed and takes "
+            f"seconds; if this comes back after a restart, show {log_path} to your lecturer.")

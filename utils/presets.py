@@ -10,11 +10,14 @@ utils/notebook_presets.py (:func:`preset_config`).
 
 Presets:
 
-- ``smoke``: seconds on a CPU; tiny or synthetic data (always labelled as such). Chosen
-  automatically when ``NBGRADER_EXECUTION`` is set, so autograding is quick.
-- ``cpu``: minutes on a 2-core laptop, on real data.
+- ``smoke``: the shortest runs, on tiny or synthetic data (always labelled as such). Chosen
+  automatically when ``NBGRADER_EXECUTION`` is set, so autograding runs the shortest version.
+- ``cpu``: a 2-core laptop, on real data.
 - ``gpu``: the lecture demo on one modern GPU.
 - ``full``: the reference run (hours); only some notebooks define it.
+
+The course repository's benchmark ``notebooks_cpu.py --preset NAME`` measures every notebook's seconds in a
+preset.
 
 ``auto`` means: smoke under nbgrader, else ``$LAS_PRESET`` if set, else gpu when CUDA is
 available, else cpu.
@@ -40,7 +43,19 @@ def autograding() -> bool:
 
 
 def resolve_preset(requested: str = "auto", *, verbose: bool = True) -> str:
-    """Turn the parameters cell's ``PRESET`` into one of :data:`PRESETS` and say why."""
+    """Turn the parameters cell's ``PRESET`` into one of :data:`PRESETS` and (``verbose``) say why."""
+    preset, why = _resolve(requested)
+    if verbose:
+        print(f"Preset: {preset} ({why})")
+    return preset
+
+
+def _why(requested: str) -> str:
+    """Why ``requested`` resolves to its preset (:func:`resolve_preset`), in words."""
+    return _resolve(requested)[1]
+
+
+def _resolve(requested: str) -> tuple[str, str]:
     requested = (requested or "auto").strip().lower()
     if autograding():
         # Autograding must be quick and identical for every student, whatever they set.
@@ -57,9 +72,7 @@ def resolve_preset(requested: str = "auto", *, verbose: bool = True) -> str:
         preset, why = "gpu", "auto: CUDA is available"
     else:
         preset, why = "cpu", "auto: no CUDA device"
-    if verbose:
-        print(f"Preset: {preset} ({why})")
-    return preset
+    return preset, why
 
 
 def preset_config(preset: str, table: dict[str, dict]) -> SimpleNamespace:
@@ -91,5 +104,9 @@ def notebook_config(notebook: str, requested: str = "auto") -> tuple[str, Simple
 
     if notebook not in TABLES:
         raise ValueError(f"no preset table for {notebook!r} in utils/notebook_presets.py (it has {sorted(TABLES)})")
-    preset = resolve_preset(requested)
-    return preset, preset_config(preset, TABLES[notebook])
+    preset = resolve_preset(requested, verbose=False)
+    cfg = preset_config(preset, TABLES[notebook])
+    # one line: the settings themselves (13 to 30 of them) are a print(cfg) away, not printed each run
+    print(f"Preset: {preset} ({_why(requested)}; its {len(vars(cfg)) - 1} settings: print(cfg), "
+          "or utils/notebook_presets.py)")
+    return preset, cfg

@@ -12,6 +12,15 @@ For each notebook, two checks, then one verdict line:
 
 The output ends with one line per notebook, ``ok  NAME: ...`` or ``FAILED  NAME: ...``, and the exit
 status is 1 when any notebook has a problem (0 only when every notebook is ready to submit).
+
+From a cell of the notebook itself (Google Colab has neither a terminal for ``./pack.sh`` nor nbgrader's
+*Validate* button)::
+
+    from utils.validate import check_this_notebook; check_this_notebook()
+
+runs this same check, ``python -m utils.validate NOTEBOOK``, in a process of its own, on the notebook as the
+editor holds it (Colab: fetched from the browser, saved or not) or as last saved (Jupyter), and prints
+the same lines and verdict (:func:`check_this_notebook`).
 """
 
 from __future__ import annotations
@@ -122,6 +131,7 @@ def _kernel_noise_hidden(verbose: bool):
 
 def validate(paths: list[str], *, verbose: bool = False) -> int:
     """Check each notebook in ``paths``; print the problems and one verdict line each; return the exit status."""
+    os.environ[CHECKING] = "1"  # the kernels and the grader's view below inherit it (see check_this_notebook)
     verdicts, failed = [], 0
     for path in paths:
         name = os.path.basename(path)
@@ -151,6 +161,132 @@ def validate(paths: list[str], *, verbose: bool = False) -> int:
             verdicts.append(f"ok  {name}: every cell runs, the visible tests pass, the grader runs every line")
     print("\n".join(verdicts))
     return 1 if failed else 0
+
+
+# ------------------------------------------------------------------ from inside the notebook
+#: set while notebooks are being checked: a check_this_notebook() cell in a notebook under check does nothing
+CHECKING = "LAS_VALIDATING"
+#: seconds to wait for Colab's browser tab to send the notebook
+COLAB_TIMEOUT_S = 60
+#: where a hosted runtime without nbgrader gets the pinned nbgrader for the check (a virtual environment
+#: on top of the runtime's packages: the runtime's own Jupyter, which its notebook server runs on, is
+#: never touched; see utils/hosted_install.py)
+CHECK_ENV = os.path.join(os.path.expanduser("~"), ".cache", "las-validate")
+
+
+def _pack_root() -> str:
+    """The folder holding the pack's ``utils/`` (the unpacked bundle, or the course repository)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def colab_notebook() -> tuple[str, dict] | None:
+    """``(file name, notebook)`` of the notebook open in Google Colab, as its editor holds it (unsaved
+    edits included), or None outside Colab. Raises ``RuntimeError`` when Colab does not answer."""
+    try:
+        from google.colab import _message  # only Colab's kernel has it
+    except ImportError:
+        return None
+    reply = _message.blocking_request("get_ipynb", request="", timeout_sec=COLAB_TIMEOUT_S)
+    if not reply or not isinstance(reply.get("ipynb"), dict):
+        raise RuntimeError(f"Colab did not send the notebook within {COLAB_TIMEOUT_S} s ({reply!r:.100}): run the "
+                           "cell again; if it keeps failing, File > Download .ipynb and check that file with "
+                           "./pack.sh validate on a computer with the pack")
+    notebook = reply["ipynb"]
+    name = os.path.basename(notebook.get("metadata", {}).get("colab", {}).get("name") or "this_notebook.ipynb")
+    return (name if name.endswith(".ipynb") else name + ".ipynb"), notebook
+
+
+def jupyter_notebook_path() -> str | None:
+    """The path of the notebook this kernel runs, where the front end tells it (JupyterLab and Notebook 7
+    set ``JPY_SESSION_NAME``, VS Code ``__vsc_ipynb_file__``), else None."""
+    try:
+        from IPython import get_ipython
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    candidates = [os.environ.get("JPY_SESSION_NAME", "")]
+    if shell is not None:
+        candidates += [str(shell.user_ns.get(name, "")) for name in ("__vsc_ipynb_file__", "__session__")]
+    return next((c for c in candidates if c.endswith(".ipynb") and os.path.isfile(c)), None)
+
+
+def checking_python(pack_root: str | None = None) -> str:
+    """A Python that runs ``python -m utils.validate``: this one when it has nbgrader (the student's
+    ``./pack.sh env``, or any environment with the pack's Jupyter stack); else (Colab and other hosted
+    runtimes, where the pack's install leaves Jupyter alone) a virtual environment in :data:`CHECK_ENV`
+    that sees the runtime's packages and adds the pack's pinned Jupyter stack (nbgrader & co.), made once
+    per runtime (about a minute)."""
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("nbgrader") is not None:
+        return sys.executable
+    from utils.hosted_install import JUPYTER_STACK, canonical, pins
+
+    with open(os.path.join(pack_root or _pack_root(), "requirements.txt"), encoding="utf-8") as f:
+        pinned = pins(f.read())
+    wanted = [f"{name}=={pinned[canonical(name)]}" for name in JUPYTER_STACK if canonical(name) in pinned]
+    python = os.path.join(CHECK_ENV, "bin", "python")
+    stamp = os.path.join(CHECK_ENV, ".las-" + "-".join(sorted(wanted)).replace("=", ""))
+    if os.path.exists(stamp):
+        return python
+    print(f"First check in this runtime: installing nbgrader for it into {CHECK_ENV} (about a minute, once) ...",
+          flush=True)
+    steps = [[sys.executable, "-m", "venv", "--clear", "--without-pip", "--system-site-packages", CHECK_ENV],
+             [python, "-m", "pip", "install", "--disable-pip-version-check", "-q", *wanted]]  # the runtime's pip
+    for command in steps:
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            last = next((ln for ln in reversed((done.stdout + done.stderr).splitlines()) if ln.strip()), "")
+            raise RuntimeError(f"could not install nbgrader for the check ({' '.join(command[:4])} ...: {last[:200]}); "
+                               "this runtime needs internet access to PyPI")
+    os.makedirs(CHECK_ENV, exist_ok=True)
+    open(stamp, "w").close()
+    return python
+
+
+def check_this_notebook(path: str | None = None, *, verbose: bool = False) -> bool:
+    """Check the notebook this is called from as ``./pack.sh validate`` does, from one of its cells: the
+    same command (``python -m utils.validate [--verbose] FILE``, in a process of its own), so the same
+    problem lines and the same verdict line. The notebook is ``path`` when given, else on Google Colab
+    the notebook as its editor holds it (fetched from the browser: no need to save), else the file the
+    Jupyter front end names (its last saved state: save first). Returns True when it is ready to submit.
+
+    The check runs every cell in a fresh kernel, so it takes as long as *Restart and run all* (plus
+    seconds to load your answers as the grader does). The cell may stay in the notebook: while the notebook
+    is being checked (``$LAS_VALIDATING``) or run by nbgrader (``$NBGRADER_EXECUTION``) it does nothing."""
+    import subprocess
+    import tempfile
+
+    if os.environ.get(CHECKING) or os.environ.get("NBGRADER_EXECUTION"):
+        print("check_this_notebook(): skipped while the notebook is being checked or graded")
+        return True
+
+    root = _pack_root()
+    with tempfile.TemporaryDirectory(prefix="las-check-") as scratch:
+        if path is None:
+            fetched = colab_notebook()
+            if fetched is not None:
+                name, notebook = fetched
+                path = os.path.join(scratch, name)
+                from utils.notebook_cells import write_notebook_json
+
+                write_notebook_json(path, notebook)
+            else:
+                path = jupyter_notebook_path()
+                if path is None:
+                    raise RuntimeError("cannot tell which notebook this is: pass its path, e.g. "
+                                       "check_this_notebook('notebooks/ex01/task1_infonce.ipynb')")
+                print(f"(checking {path} as last saved: save it first, Ctrl+S)", flush=True)
+        python = checking_python(root)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+        env.pop("MPLBACKEND", None)  # the kernel's inline backend must not leak into the check's kernels
+        command = [python, "-m", "utils.validate", *(["--verbose"] if verbose else []), os.path.abspath(path)]
+        with subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, bufsize=1) as check:
+            for line in check.stdout:
+                print(line, end="", flush=True)
+        return check.returncode == 0
 
 
 def main(argv: list[str] | None = None) -> int:
