@@ -8,7 +8,7 @@ Three rules, read off the notebooks' text (no kernel, no execution):
 * the pack's own history ("an earlier version of this notebook ...") goes to CHANGELOG.md for TAs, never into a
   cell a student sees;
 * every speed, time or accuracy that a notebook's markdown quotes is printed by the notebook itself or listed in
-  README.md's table "Figures quoted in the notebooks" with the command that measured it (or, for a published
+  docs/figures.md's table "Figures quoted in the notebooks" with the command that measured it (or, for a published
   figure, a target or a limit, where it comes from); and every row of that table is still quoted somewhere, so the
   list cannot go stale. Workload estimates ("Core: about 2 h") are checked against README.md's notebook table
   instead; percentages that are shares of tokens or masks (BERT's 15 %, 80/10/10) are not measurements.
@@ -28,6 +28,7 @@ from conftest import RELEASE, SOLUTIONS
 from grader import tiers
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+FIGURES = README.parent / "docs" / "figures.md"   # the table "Figures quoted in the notebooks"
 CHANGELOG = Path(__file__).resolve().parents[1] / "CHANGELOG.md"
 ALL_SOURCES = sorted(SOLUTIONS.glob("*.ipynb"))
 
@@ -106,10 +107,10 @@ def printed_strings(cells) -> str:
 
 
 def readme_figures(readme: str) -> dict[str, set]:
-    """README.md's table under "Figures quoted in the notebooks": {notebook stem or "all": {figure}}; every row
+    """docs/figures.md's table under "Figures quoted in the notebooks": {notebook stem or "all": {figure}}; every row
     must say where its figure comes from."""
     section = readme.split("### Figures quoted in the notebooks", 1)
-    assert len(section) == 2, "README.md has no section '### Figures quoted in the notebooks'"
+    assert len(section) == 2, "docs/figures.md has no section '### Figures quoted in the notebooks'"
     table = []
     for line in section[1].splitlines():
         if line.startswith("|"):
@@ -119,11 +120,11 @@ def readme_figures(readme: str) -> dict[str, set]:
     rows = {}
     for line in table:
         cols = [c.strip() for c in line.strip().strip("|").split("|")]
-        assert len(cols) == 3, f"README.md, quoted figures: a row without 3 columns: {line!r}"
+        assert len(cols) == 3, f"docs/figures.md, quoted figures: a row without 3 columns: {line!r}"
         if set(cols[0]) <= {"-", " ", ":"} or cols[0] == "figure":
             continue
         figure, notebook, where = cols
-        assert where, f"README.md, quoted figures: {figure!r} ({notebook}) says nothing about where it comes from"
+        assert where, f"docs/figures.md, quoted figures: {figure!r} ({notebook}) says nothing about where it comes from"
         rows.setdefault(notebook.strip("`"), set()).add(_norm(figure))
     return rows
 
@@ -188,13 +189,19 @@ def history_problems(stem: str, cells, *, release: bool = False) -> list[str]:
             for m in [_HISTORY.search(_source(cell))] if m]
 
 
+def course_docs() -> str:
+    """docs/figures.md (the quoted figures) and README.md (its notebook table of hours), as one text; figures.md
+    first, so that its table is the one read while README.md still holds an older copy."""
+    return FIGURES.read_text(encoding="utf-8") + "\n" + README.read_text(encoding="utf-8")
+
+
 def figure_problems(stem: str, cells, readme: str) -> list[str]:
     listed = readme_figures(readme)
     allowed = listed.get(stem, set()) | listed.get("all", set())
     printed = printed_strings(cells)
     figures, workload = quoted_figures(cells)
     problems = [f"{stem}: {figure!r} is quoted in the markdown but neither printed by the notebook nor listed in "
-                f"README.md ('Figures quoted in the notebooks', with the command that measured it)"
+                f"docs/figures.md ('Figures quoted in the notebooks', with the command that measured it)"
                 for figure in sorted(figures) if figure not in allowed and figure not in printed]
     plan = readme_workload(readme).get(stem, {})
     for which, hours in workload:
@@ -240,7 +247,7 @@ def test_no_student_facing_cell_tells_the_packs_history(folder):
 
 @pytest.mark.parametrize("path", ALL_SOURCES, ids=lambda p: p.stem)
 def test_every_quoted_figure_is_printed_or_listed_with_its_command(path):
-    problems = figure_problems(path.stem, _cells(path), README.read_text(encoding="utf-8"))
+    problems = figure_problems(path.stem, _cells(path), course_docs())
     assert not problems, "\n".join(problems)
 
 
@@ -248,7 +255,7 @@ def test_every_listed_figure_is_still_quoted():
     """The README list cannot go stale: each row's figure is quoted in its notebook (or, for "all", in every one)."""
     quoted = {path.stem: quoted_figures(_cells(path))[0] for path in ALL_SOURCES}
     stale = []
-    for notebook, figures in readme_figures(README.read_text(encoding="utf-8")).items():
+    for notebook, figures in readme_figures(course_docs()).items():
         stems = list(quoted) if notebook == "all" else [notebook]
         for stem in stems:
             if stem not in quoted:
@@ -298,7 +305,7 @@ def test_the_figure_rule_can_fail():
              _md("BERT selects 15 % of the tokens; $1 - h(s)$ is maths, `--timeout 60 s` is code."),
              _md("It measured 5 min on this machine.")]
     assert figure_problems("taskA_simclr", after, readme) == [
-        "taskA_simclr: '5 min' is quoted in the markdown but neither printed by the notebook nor listed in README.md "
+        "taskA_simclr: '5 min' is quoted in the markdown but neither printed by the notebook nor listed in docs/figures.md "
         "('Figures quoted in the notebooks', with the command that measured it)"]
     printed = after + [{"cell_type": "code", "source": 'print("It measured 5 min on this machine.")'}]
     assert figure_problems("taskA_simclr", printed, readme) == [], "a figure the notebook prints itself is fine"
