@@ -42,7 +42,9 @@ print("READY", ready)
 
 
 def _env(tmp_path: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("JPY_SESSION_NAME", "PYTHONPATH")}
+    # a student's kernel: not under a check or nbgrader (another test of this worker may have left those set)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("JPY_SESSION_NAME", "PYTHONPATH", "LAS_VALIDATING", "NBGRADER_EXECUTION")}
     env.update(MPLBACKEND="Agg", HOME=str(tmp_path / "home"))
     (tmp_path / "home").mkdir(exist_ok=True)
     return env
@@ -115,6 +117,8 @@ def test_outside_colab_and_without_a_path_the_check_asks_for_one(tmp_path, monke
     from utils import validate
 
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    for variable in (validate.CHECKING, "NBGRADER_EXECUTION"):   # a student's kernel, not a check or a grading run
+        monkeypatch.delenv(variable, raising=False)
     monkeypatch.setattr(validate, "colab_notebook", lambda: None)
     with pytest.raises(RuntimeError, match=r"pass its path, e\.g\. check_this_notebook\('notebooks/ex01/"):
         validate.check_this_notebook()

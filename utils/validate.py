@@ -131,7 +131,18 @@ def _kernel_noise_hidden(verbose: bool):
 
 def validate(paths: list[str], *, verbose: bool = False) -> int:
     """Check each notebook in ``paths``; print the problems and one verdict line each; return the exit status."""
+    before = os.environ.get(CHECKING)
     os.environ[CHECKING] = "1"  # the kernels and the grader's view below inherit it (see check_this_notebook)
+    try:
+        return _validate(paths, verbose=verbose)
+    finally:   # a caller in the same process (a test, a notebook) is not left "under a check"
+        if before is None:
+            os.environ.pop(CHECKING, None)
+        else:
+            os.environ[CHECKING] = before
+
+
+def _validate(paths: list[str], *, verbose: bool) -> int:
     verdicts, failed = [], 0
     for path in paths:
         name = os.path.basename(path)
