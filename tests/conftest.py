@@ -28,7 +28,7 @@ TIERS = {
     # tests join the fast tier without a list to keep
     "unit": ("test_judge_units", "test_grader_units", "test_utils", "test_layout", "test_core_and_rubrics",
              "test_course_text", "test_miniature_suite", "test_distributed", "test_augmentation_stats",
-             "test_deadlines", "test_lms", "test_lms_downloads", "test_lms_fixtures")
+             "test_deadlines", "test_lms", "test_lms_downloads", "test_lms_fixtures", "test_points_for_ideas")
             + tuple(f"test_{path.stem}" for path in sorted(SOLUTIONS.glob("*.ipynb"))),
     "judge": ("test_judge", "test_visible_checks", "test_judge_gates"),
     "cli": ("test_grader", "test_grader_audit", "test_grader_batch", "test_grader_honest", "test_grader_session",

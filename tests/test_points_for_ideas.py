@@ -159,6 +159,7 @@ def test_the_rule_share_can_fail(tmp_path, monkeypatch):
     planted = [Case("test_f", "f_values", "values", _equal),
                Case("test_f", "f_dtype", "the input's dtype kept", _equal, kind="rule", checks="dtype")]
     monkeypatch.setattr(judge, "load_cases", lambda stem: planted)
+    monkeypatch.setattr(tiers, "load_cases", lambda stem: planted)   # tiers binds the judge's name at import
     kinds, share = tiers.core_rule_share(folder)
     assert kinds["rule"] == pytest.approx(5.0) and share == pytest.approx(0.5)
     assert share > tiers.MAX_CORE_RULE_SHARE
@@ -264,6 +265,7 @@ def test_the_word_count_reads_the_release_and_can_fail(tmp_path, monkeypatch):
         json.dumps(_notebook([_markdown(long_text), code, _markdown(["a\n", "b"])])))
     (tmp_path / "notebooks" / "ex01" / "bonus.ipynb").write_text(json.dumps(_notebook([_markdown("x " * 50)])))
     monkeypatch.setattr(grader, "ROOT", tmp_path)
+    monkeypatch.setattr(tiers, "ROOT", tmp_path)   # tiers binds the package's name at import
     words = tiers.core_markdown_words(tmp_path / "solutions" / "ex01")
     assert words == {"core": 9002}
     assert sum(words.values()) > tiers.MAX_CORE_MARKDOWN_WORDS
