@@ -94,12 +94,10 @@ def core_proxy(nb) -> dict:
     return out
 
 
-def core_points_by_kind(nb, stem: str) -> dict[str, float]:
-    """{case kind: core autograded points} of one source notebook: each core test cell's points split
-    over its judge cases by weight (grader/checks/<stem>.py), summed per kind (``value``,
-    ``property``, ``rule``, ``given``). A cell without cases counts as ``value``."""
-
-    out = dict.fromkeys(CASE_KINDS, 0.0)
+def core_case_points(nb, stem: str):
+    """(case, points) for every judge case of a core test cell of one source notebook: the cell's points
+    split over its cases by weight (grader/checks/<stem>.py); a cell without weighted cases gives
+    (None, its points)."""
     cases = load_cases(stem)
     for cell in notebook_cells(nb):
         m = nbgrader_meta(cell)
@@ -109,29 +107,29 @@ def core_points_by_kind(nb, stem: str) -> dict[str, float]:
         mine = [c for c in cases if c.cell == m.get("grade_id")]
         total = sum(c.weight for c in mine)
         if not total:
-            out["value"] += pts
+            yield None, pts
             continue
         for c in mine:
-            out[case_kind(c)] += pts * c.weight / total
+            yield c, pts * c.weight / total
+
+
+def core_points_by_kind(nb, stem: str) -> dict[str, float]:
+    """{case kind: core autograded points} of one source notebook, summed per kind (``value``,
+    ``property``, ``rule``, ``given``). A cell without cases counts as ``value``."""
+    out = dict.fromkeys(CASE_KINDS, 0.0)
+    for case, points in core_case_points(nb, stem):
+        out["value" if case is None else case_kind(case)] += points
     return out
 
 
 def core_points_by_check(nb, stem: str) -> dict[str, float]:
     """{what a rule checks (grader/cases.py RULE_CHECKS): core autograded points} of one source notebook,
     over its "rule" cases only (a "given" check of a rule weighs nothing)."""
-
     out = dict.fromkeys(RULE_CHECKS, 0.0)
-    cases = load_cases(stem)
-    for cell in notebook_cells(nb):
-        m = nbgrader_meta(cell)
-        if not (m.get("grade") and cell.get("cell_type") == "code") or is_extension(cell):
-            continue
-        mine = [c for c in cases if c.cell == m.get("grade_id")]
-        total = sum(c.weight for c in mine)
-        for c in mine:
-            if total and case_kind(c) == "rule":
-                tag = rule_check(c) or "unnamed"
-                out[tag] = out.get(tag, 0.0) + float(m.get("points") or 0) * c.weight / total
+    for case, points in core_case_points(nb, stem):
+        if case is not None and case_kind(case) == "rule":
+            tag = rule_check(case) or "unnamed"
+            out[tag] = out.get(tag, 0.0) + points
     return out
 
 
