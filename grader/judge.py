@@ -36,7 +36,7 @@ from .course import cache_folder, write_atomic
 from .cases import CASE_KINDS, Case, case_kind  # noqa: F401 - re-exported: the case table's leaf module
 from .evidence import EvidenceError, Raised, decode
 from .process import kill_group, plan_process
-from .probe import case_seed, load_probes
+from .probe import case_seed, load_probes, probe_source
 
 MAX_RECORD_BYTES = 30 * 1024 ** 2
 MAX_TOTAL_BYTES = 400 * 1024 ** 2
@@ -147,6 +147,8 @@ def run_harness(plan: dict, *, workdir: Path, command_prefix: list[str] | None =
     sandbox) and return (records, the tail of its stderr). Never raises for what the student did:
     a harness that dies or runs past ``timeout`` leaves the cases it did not report missing."""
     workdir.mkdir(parents=True, exist_ok=True)
+    if "stem" in plan and "probe_source" not in plan:   # the sandbox holds no probe module of its own
+        plan = {**plan, "probe_source": probe_source(plan["stem"])}
     # the plan goes in on stdin: the sandbox sees the per-case seeds it needs, never a file to reread
     cmd = [*(command_prefix or []), sys.executable, "-m", module, "-"]   # grader.probe or grader.session
     full_env = harness_env(threads) if env is None else env

@@ -16,6 +16,7 @@ from .course import Course
 from . import judge as judging
 from .sandbox import join_cgroup, protections, session_prefix
 from utils.notebook_cells import cell_role, cell_source, grade_id
+from .probe import probe_source
 from .process import kill_group, plan_process
 from .policy import Policy, Settings, session_policy
 from .results import Job
@@ -46,23 +47,30 @@ DEMO_NOTE = ("[grader] The course's demonstration code in this cell was not re-r
              "no point: the judge grades your functions). The outputs below are the ones you submitted.\n")
 
 
-def session_plan(jobs: list[Job], settings: Settings, threads: int) -> dict:
-    """What the sandboxed session gets on stdin: per notebook its cells and the judge's plan with the
-    per-case seeds. The run's label is its index, never the batch's seed: nothing in the sandbox holds
-    the seed (a stack walk in a notebook once printed it into the feedback)."""
-    notebooks = []
-    for job in jobs:
-        runs = [{"label": i, "case_seeds": run["case_seeds"]}
-                for i, run in enumerate(judging.case_runs([settings.seed or 0], job.notebook))]
-        notebooks.append({"stem": job.notebook, "cells": session_cells(job.graded, job.release, settings.full_run), "judge": {
-            "runs": runs, "isolate": "case", "case_timeout": settings.cell_timeout,
-            "budget": settings.judge_budget, "load_seconds": settings.load_seconds,
-            "statement_seconds": min(30, settings.load_seconds), "groups": judging.case_groups(job.notebook),
-            "variants": {"student": judging.notebook_cells(job.release, job.graded)}}})
-    return {"notebooks": notebooks, "cell_timeout": settings.cell_timeout, "threads": threads,
+def session_plan(jobs: list[Job], settings: Settings, threads: int) -> tuple[dict, list[bytes]]:
+    """What the sandboxed session gets on stdin: the plan (per notebook its cells and the judge's settings)
+    and, per notebook, a sealed part (:func:`sealed_part`) that its grading process reads only after
+    the full run. The run's label is its index, never the batch's seed: nothing in the sandbox holds the
+    seed (a stack walk in a notebook once printed it into the feedback)."""
+    notebooks = [{"stem": job.notebook, "cells": session_cells(job.graded, job.release, settings.full_run), "judge": {
+        "isolate": "case", "case_timeout": settings.cell_timeout,
+        "budget": settings.judge_budget, "load_seconds": settings.load_seconds,
+        "statement_seconds": min(30, settings.load_seconds), "groups": judging.case_groups(job.notebook),
+        "variants": {"student": judging.notebook_cells(job.release, job.graded)}}} for job in jobs]
+    plan = {"notebooks": notebooks, "cell_timeout": settings.cell_timeout, "threads": threads,
             "notebook_timeout": settings.notebook_timeout, "judge_budget": settings.judge_budget,
             "max_output_lines": settings.max_output_lines, "setup_seconds": SETUP_SECONDS,
             "full_run": settings.full_run}
+    return plan, [sealed_part(job.notebook, settings) for job in jobs]
+
+
+def sealed_part(stem: str, settings: Settings) -> bytes:
+    """What only the judge of notebook ``stem`` may know: its per-case seeds and its probes' source. The
+    session moves it, unread, to the notebook's grading process, which reads it after the full run has
+    ended: no code of the full run can find the hidden inputs, or rebuild them from the probes."""
+    runs = [{"label": i, "case_seeds": run["case_seeds"]}
+            for i, run in enumerate(judging.case_runs([settings.seed or 0], stem))]
+    return json.dumps({"runs": runs, "probe_source": probe_source(stem)}).encode()
 
 
 def session_command(settings: Settings, work: Path, threads: int,
@@ -84,12 +92,12 @@ def run_session(student: str, jobs: list[Job], settings: Settings, scratch: Path
     for job in jobs:   # what the student's code sees in its working folder: its own notebooks
         shutil.copy(course.folder("submitted", student) / f"{job.notebook}.ipynb", work / f"{job.notebook}.ipynb")
     threads = settings.threads()
-    plan = session_plan(jobs, settings, threads)
+    plan, sealed = session_plan(jobs, settings, threads)
     cmd, env = session_command(settings, work, threads, policy)
     # the session keeps each notebook to its limits itself; this is the backstop
     timeout = 60 + len(jobs) * (settings.notebook_timeout + settings.judge_budget + SETUP_SECONDS)
     return run_sandboxed(cmd, plan, workdir=work, env=env, timeout=timeout,
-                         preexec_fn=join_cgroup(cgroup), stems=[job.notebook for job in jobs])
+                         preexec_fn=join_cgroup(cgroup), stems=[job.notebook for job in jobs], sealed=sealed)
 
 
 #: Full-run outputs kept per student session: past this, a cell's outputs are replaced by a note (the
@@ -101,14 +109,15 @@ RECORD_BYTES = 1024 ** 3
 
 
 def run_sandboxed(cmd: list[str], plan: dict, *, workdir: Path, env: dict, timeout: float, preexec_fn=None,
-                  stems: list[str] = ()) -> tuple[list[dict], str]:
-    """Run one session (``cmd``, the plan on stdin) and collect its numbered records; (records, the tail
+                  stems: list[str] = (), sealed: list[bytes] = ()) -> tuple[list[dict], str]:
+    """Run one session (``cmd``, the plan and its ``sealed`` parts on stdin) and collect its numbered records; (records, the tail
     of its stderr). Records count only in sequence (0, 1, 2, ...): at the first break (a forged or
     lost record, a session killed at the backstop ``timeout``), every notebook that had not sent its
     ``notebook_done`` gets a ``notebook_void`` record; the notebooks before it stand."""
     records: list[dict] = []
     problem = ""
-    with plan_process(cmd, plan, workdir=workdir, env=env, timeout=timeout, preexec_fn=preexec_fn) as (proc, run):
+    with plan_process(cmd, plan, workdir=workdir, env=env, timeout=timeout, preexec_fn=preexec_fn,
+                      sealed=sealed) as (proc, run):
         outputs = others = 0
         while True:
             line = proc.stdout.readline(judging.MAX_RECORD_BYTES + 1)

@@ -35,11 +35,14 @@ What the judge runs is what the student ran:
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import signal
 import sys
 import time
+import types
+from pathlib import Path
 
 from .evidence import MAX_CASE_BYTES, encode, raised
 from .process import (RecordReader, close_inherited, default_signals, kill_process, read_child, send_record,
@@ -106,10 +109,20 @@ def case_seed(seed: int, case: str) -> int:
     return int.from_bytes(digest[:8], "big") % (2 ** 31 - 1)
 
 
-def load_probes(stem: str) -> dict:
-    import importlib
+def probe_source(stem: str) -> str:
+    """The text of ``grader/probes/<stem>.py``: the sandbox gets it in the sealed part of a plan, never
+    as a file the full run could read."""
+    return (Path(__file__).parent / "probes" / f"{stem}.py").read_text(encoding="utf-8")
 
-    module = importlib.import_module(f"grader.probes.{stem}")
+
+def load_probes(stem: str, source: str | None = None) -> dict:
+    """The probes of notebook ``stem``: from ``source`` (the text a plan brought) or, outside the sandbox,
+    from grader/probes/<stem>.py."""
+    if source is None:
+        return dict(importlib.import_module(f"grader.probes.{stem}").PROBES)
+    module = types.ModuleType(f"grader.probes.{stem}")
+    sys.modules[module.__name__] = module   # dataclasses and pickling look a module up by name
+    exec(compile(source, f"grader/probes/{stem}.py", "exec"), module.__dict__)  # noqa: S102 - the course's probes
     return dict(module.PROBES)
 
 
@@ -411,7 +424,7 @@ def judge_variants(plan: dict, names: dict, setup_notes: list, emit) -> None:
     setup and given definitions already run into it): a header and one record per case each."""
     stem = plan["stem"]
     isolate = plan.get("isolate", "case")
-    registry = load_probes(stem)
+    registry = load_probes(stem, plan.get("probe_source"))
     variants: dict = plan["variants"]
     names.setdefault("display", lambda *args, **kwargs: None)  # IPython's display(), a no-op out of a kernel
     threads = int(os.environ.get("OMP_NUM_THREADS", "1") or 1)

@@ -297,7 +297,10 @@ def serve(run, name: str, argv: list[str] | None = None) -> None:
         with open(argv[0], encoding="utf-8") as f:
             plan = json.load(f)
     else:   # the plan comes on stdin: nothing of it stays on disk where the notebook's code could read it
-        plan = json.loads(sys.stdin.buffer.read())
+        plan = read_plan(0)
+        plan["sealed_fd"] = os.dup(0)   # the sealed parts, still unread: no child inherits them
+        os.set_inheritable(plan["sealed_fd"], False)
+        CLOSE_IN_CHILDREN.append(plan["sealed_fd"])
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
 
     counter = iter(range(1 << 62))
@@ -316,6 +319,65 @@ def serve(run, name: str, argv: list[str] | None = None) -> None:
     run(plan, emit)
 
 
+def plan_bytes(plan: dict, sealed: list[bytes] = ()) -> bytes:
+    """What a grading process reads on stdin: the plan's length and a newline, the plan as JSON, then the
+    ``sealed`` parts (their lengths go in ``plan["sealed"]``), which stay in the pipe until
+    :func:`sealed_file` moves each to the one process that may read it."""
+    body = json.dumps({**plan, "sealed": [len(part) for part in sealed]} if sealed else plan).encode()
+    return b"%d\n" % len(body) + body + b"".join(sealed)
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    parts = []
+    while size > 0:
+        chunk = _read(fd, min(size, 1 << 20))
+        if not chunk:
+            raise EOFError("the plan ended early")
+        parts.append(chunk)
+        size -= len(chunk)
+    return b"".join(parts)
+
+
+def read_plan(fd: int) -> dict:
+    """The plan :func:`plan_bytes` wrote, read from ``fd`` up to its end and not a byte further."""
+    header = b""
+    while not header.endswith(b"\n"):
+        byte = _read(fd, 1)
+        if not byte or len(header) > 20:
+            raise ValueError("the plan on stdin does not start with its length")
+        header += byte
+    return json.loads(_read_exactly(fd, int(header)))
+
+
+def sealed_file(src: int, size: int) -> int:
+    """A new in-memory file (``memfd``) holding the next ``size`` bytes of ``src`` (a sealed part of the
+    plan), moved by the kernel (``os.splice``): they never pass through this process's memory, so no child
+    it forks later can find them there. Returns its descriptor, at offset 0."""
+    fd = os.memfd_create("sealed-part")
+    try:
+        while size > 0:
+            moved = os.splice(src, fd, size)
+            if not moved:
+                raise EOFError("the plan's sealed parts ended early")
+            size -= moved
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_sealed(fd: int) -> dict:
+    """A sealed part, read whole from the file :func:`sealed_file` made (and closed)."""
+    parts = []
+    try:
+        while chunk := _read(fd, 1 << 20):
+            parts.append(chunk)
+    finally:
+        _close(fd)
+    return json.loads(b"".join(parts))
+
+
 def fork_with_pipe() -> tuple[int, int, int]:
     """Fork a child that writes to a new pipe: (pid, read_fd, write_fd). In the child (pid 0) the
     read end and every descriptor of ``CLOSE_IN_CHILDREN`` are closed, and ``read_fd`` is -1."""
@@ -330,9 +392,10 @@ def fork_with_pipe() -> tuple[int, int, int]:
 
 
 @contextlib.contextmanager
-def plan_process(cmd: list[str], plan: dict, *, workdir, env: dict, timeout: float, preexec_fn=None):
+def plan_process(cmd: list[str], plan: dict, *, workdir, env: dict, timeout: float, preexec_fn=None,
+                 sealed: list[bytes] = ()):
     """Start ``cmd`` (the probe harness or a student's session) in a process group of its own with ``plan``
-    as JSON on its stdin, killed with its group at ``timeout``; yields ``(proc, outcome)``. When the block
+    and its ``sealed`` parts on its stdin (:func:`plan_bytes`), killed with its group at ``timeout``; yields ``(proc, outcome)``. When the block
     ends, whatever the run left behind is killed, and ``outcome`` holds ``returncode`` and ``tail`` (the
     last 4,000 bytes of its stderr, which went to a temporary file in ``workdir``)."""
     outcome: dict = {}
@@ -341,11 +404,10 @@ def plan_process(cmd: list[str], plan: dict, *, workdir, env: dict, timeout: flo
                                 cwd=workdir, env=env, start_new_session=True, preexec_fn=preexec_fn)
         timer = threading.Timer(timeout, kill_group, args=(proc,))
         timer.start()
-        try:
-            proc.stdin.write(json.dumps(plan).encode())
-            proc.stdin.close()
-        except (BrokenPipeError, OSError):
-            pass
+        # a thread writes: the sealed parts wait in the pipe until the process takes each in turn,
+        # while this one reads its records
+        writer = threading.Thread(target=_feed, args=(proc.stdin, plan_bytes(plan, sealed)), daemon=True)
+        writer.start()
         try:
             yield proc, outcome
         finally:
@@ -356,9 +418,18 @@ def plan_process(cmd: list[str], plan: dict, *, workdir, env: dict, timeout: flo
                 kill_group(proc)
                 outcome["returncode"] = proc.wait()
             kill_group(proc)  # whatever the run left behind
+            writer.join(5)
             err.seek(0, 2)
             err.seek(max(0, err.tell() - 4000))
             outcome["tail"] = err.read().decode("utf-8", "replace")
+
+
+def _feed(pipe, data: bytes) -> None:
+    try:
+        pipe.write(data)
+        pipe.close()
+    except (BrokenPipeError, OSError, ValueError):
+        pass   # the process ended without reading it all: its records say what happened
 
 
 def kill_group(proc: subprocess.Popen) -> None:

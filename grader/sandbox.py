@@ -82,9 +82,9 @@ def describe(prot: dict[str, bool]) -> str:
 
 
 # What each sandboxed process may read of the repository: never grader/checks/ (the judge's cases),
-# solutions/ or grading/.
+# solutions/, grading/ or a notebook's probes (they come in the plan's sealed part: grader/launch.py).
 PROBE_PATHS = ("utils", "data", "pyproject.toml", "grader/__init__.py", "grader/probe.py", "grader/process.py",
-               "grader/evidence.py", "grader/probes")
+               "grader/evidence.py", "grader/probes/__init__.py")
 
 
 def _ro(path: str | Path) -> list[str]:

@@ -5,8 +5,13 @@ reads a plan from stdin, written by grader/launch.py (``session_plan``):
 
     {"notebooks": [{"stem": "task1_infonce",
                     "cells": [{"index": 2, "id": "setup", "role": "setup", "source": "..."}, ...],
-                    "judge": {<a grader/probe.py plan without "stem">}}, ...],
-     "cell_timeout": 60, "notebook_timeout": 180, "max_output_lines": 1000, "threads": 1}
+                    "judge": {<a grader/probe.py plan without "stem", "runs", "probe_source">}}, ...],
+     "cell_timeout": 60, "notebook_timeout": 180, "max_output_lines": 1000, "threads": 1,
+     "sealed": [<bytes of each notebook's sealed part>, ...]}
+
+followed on stdin by the sealed parts (grader/launch.py ``sealed_part``: the case seeds and the probes'
+source), which stay in the kernel (the pipe, then a memfd) until each notebook's process reads its own
+after its full run.
 
 ``cells`` are the code cells of the notebook as graded (the student's, with the release's locked cells
 restored), in order, with their position in it. It writes JSON lines to its evidence channel, as the
@@ -326,13 +331,15 @@ def _stop_leftovers() -> None:
 _IN_NAMESPACE = False   # set by run_session: the session is pid 1 of its own pid namespace (bubblewrap)
 
 
-def _notebook(nb: dict, plan: dict, write_fd: int, folder: str) -> None:
+def _notebook(nb: dict, plan: dict, write_fd: int, folder: str, sealed_fd: int) -> None:
     """The notebook process: the release's parameters and setup cells, the full run, then the judge.
     It runs no student code itself, ignores the signals student code could send it
-    (process.TRUSTED_IGNORES), and works in a folder of its own: nothing a notebook before it wrote there."""
+    (process.TRUSTED_IGNORES), and works in a folder of its own: nothing a notebook before it wrote there.
+    The judge's secrets (case seeds, probe source) wait unread in ``sealed_fd`` until the full run is over."""
     try:
         process.ignore_signals()
-        process.CLOSE_IN_CHILDREN[:] = [write_fd]   # the session's channel is closed; this pipe is closed below us
+        # the session's channel is closed; this pipe and the sealed part are closed below us
+        process.CLOSE_IN_CHILDREN[:] = [write_fd, *([sealed_fd] if sealed_fd >= 0 else [])]
         try:
             os.chdir(folder)
         except OSError:
@@ -366,6 +373,8 @@ def _notebook(nb: dict, plan: dict, write_fd: int, folder: str) -> None:
                  notebook_timeout=float(plan.get("notebook_timeout", 180)),
                  max_lines=int(plan.get("max_output_lines", 1000)), light=plan.get("full_run") == "light")
         _stop_leftovers()
+        if sealed_fd >= 0:
+            judge.update(process.read_sealed(sealed_fd))
         setup_notes += probe.run_trusted(given, names)
         probe.judge_variants(judge, names, setup_notes, emit)
         emit({"kind": "notebook_done"})
@@ -437,11 +446,15 @@ def run_session(plan: dict, emit) -> None:
     emit({"kind": "ready", "seconds": round(time.monotonic() - started, 3)})   # the imports, once per student
     per_notebook = (float(plan.get("notebook_timeout", 180)) + float(plan.get("judge_budget", 120))
                     + float(plan.get("setup_seconds", 120)))
+    sealed = plan.get("sealed") or []
     for i, nb in enumerate(plan["notebooks"]):
         folder = _fresh_folder(base, i, nb["stem"])
+        sealed_fd = process.sealed_file(plan["sealed_fd"], sealed[i]) if i < len(sealed) else -1
         pid, read_fd, write_fd = process.fork_with_pipe()
         if pid == 0:
-            _notebook(nb, plan, write_fd, folder)
+            _notebook(nb, plan, write_fd, folder, sealed_fd)
+        if sealed_fd >= 0:
+            os.close(sealed_fd)
         try:
             problem = _relay(pid, read_fd, nb["stem"], time.monotonic() + per_notebook, emit)
         except Exception as exc:  # noqa: BLE001 - this notebook's records stop here; the next one goes on

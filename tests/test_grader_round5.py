@@ -144,20 +144,25 @@ def test_export_and_feedback_run_for_everyone(klass):
 
 @needs_bwrap
 def test_the_seed_reaches_nothing_in_the_sandbox_and_no_page_shows_a_case_seed(klass):
+    """A notebook that hunts (its stack, every object, stdin, every process's open files, the repository's
+    probes) during the full run finds the session's plan but no case seed and no probe source: they reach
+    the notebook's grading process only after its full run ended (grader/launch.py sealed_part)."""
     from grader.seed import secret_strings
 
     executed = _executed(klass["grading"], "seed_hunter")
     text = "".join(_texts(c) for c in executed["cells"])
     assert "HUNT:" in text, "the hunter's output must be in the executed notebook"
     hunted = text.split("HUNT:", 1)[1].split("\n", 1)[0][::-1]
-    assert "case_seeds" in hunted, "the hunt must have found the plan (else it proves nothing)"
+    assert "notebook_timeout" in hunted, "the hunt must have found the session's plan (else it proves nothing)"
+    assert "case_seeds" not in hunted and "probe_source" not in hunted, "the full run found the judge's plan"
+    for marker in ("SOURCE:", "PROBE:", "MODULE:", "FILE:"):
+        assert marker not in hunted, hunted.split(marker, 1)[1][:300]
     assert str(SEED_SHOWN) not in hunted, "the judge seed was readable inside the sandbox"
     secrets = secret_strings(SEED_SHOWN, [STEM])
     assert len(secrets) > 5
     raw = text.split("RAW:", 1)[1] if "RAW:" in text else ""
-    assert "<hidden>" in raw, "the case seeds printed as they are must be hidden in the executed notebook"
     page = next((klass["grading"] / "feedback").glob(f"seed_hunter/ex01/{STEM}.html")).read_text()
-    shown = [s for s in secrets if s in page or s in raw]
+    shown = [s for s in secrets if s in page or s in raw or s in hunted]
     assert not shown, shown
 
 
@@ -289,16 +294,19 @@ def test_the_seed_is_in_nothing_the_sandbox_can_read(tmp_path):
     nb = student_copy(release, solution)
     settings = Settings(seed=SEED_SHOWN, workers=2)
     job = Job(STEM, release_view(nb, release), release, NotebookResult("alice", STEM))
-    plan = session_plan([job], settings, threads=1)
+    plan, sealed = session_plan([job], settings, threads=1)
     work = tmp_path / "work"
     work.mkdir()
     cmd, env = session_command(settings, work, threads=1)
     seed = str(SEED_SHOWN)
-    assert seed not in json.dumps(plan)
+    assert seed not in json.dumps(plan) and not [part for part in sealed if seed.encode() in part]
     assert not [a for a in cmd if seed in a]
     assert not [k for k, v in env.items() if seed in v]
-    assert any(run["case_seeds"] for n in plan["notebooks"] for run in n["judge"]["runs"])
-    assert [run["label"] for n in plan["notebooks"] for run in n["judge"]["runs"]] == [0]
+    # the case seeds and the probes' source travel only in the sealed parts, one per notebook
+    assert "case_seeds" not in json.dumps(plan) and "@probe(" not in json.dumps(plan)
+    parts = [json.loads(part) for part in sealed]
+    assert len(parts) == 1 and any(run["case_seeds"] for run in parts[0]["runs"])
+    assert [run["label"] for run in parts[0]["runs"]] == [0] and "@probe(" in parts[0]["probe_source"]
 
 
 def test_a_notebook_the_cleaner_cannot_handle_is_not_copied_and_stops_nothing(tmp_path, monkeypatch):
@@ -342,7 +350,8 @@ def test_submitted_demo_outputs_are_capped_and_inert():
 
 FAKE_SESSION = r'''
 import json, sys
-plan = json.loads(sys.stdin.read())
+from grader.process import read_plan
+plan = read_plan(0)
 seq = 0
 def emit(rec):
     global seq

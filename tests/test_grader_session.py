@@ -179,3 +179,45 @@ def test_the_memory_cap_applies_inside_the_session(course):
     assert executed is not None, (hoarder.status, hoarder.reasons)
     errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert any(o["ename"] == "MemoryError" for o in errors), (errors, hoarder.reasons)
+
+
+HUNTER = r'''
+import gc, glob, os, sys, utils
+SEEDS, MARK = "case" + "_seeds", "@" + "probe("
+found = [repr(frame.f_locals)[:20000] for frame in [sys._getframe(i) for i in range(len(__import__("inspect").stack()) - 1)]]
+for o in gc.get_objects():
+    if isinstance(o, dict) and "notebooks" in o:
+        found.append("SE" + "SSION:" + repr({k: v for k, v in o.items() if k != "notebooks"}))
+    if isinstance(o, dict) and SEEDS in o:
+        found.append("PL" + "AN:" + repr(o)[:20000])
+    if isinstance(o, str) and MARK in o and "(ns, gen)" in o:
+        found.append("SO" + "URCE:" + o[:2000])
+found += ["MO" + "DULE:" + name for name in list(sys.modules) if name.startswith("grader.probes.")]
+for path in glob.glob(os.path.join(os.path.dirname(os.path.dirname(utils.__file__)), "grader", "probes", "t*.py")):
+    try:
+        found.append("FI" + "LE:" + open(path).read(2000))
+    except OSError:
+        pass
+try:
+    os.set_blocking(0, False)
+    found.append("ST" + "DIN:" + os.read(0, 1 << 20).decode("latin-1"))
+except OSError:
+    pass
+print("HUNT:" + " ".join(found)[::-1].replace("\n", " "))
+'''
+
+
+def test_the_full_run_finds_no_case_seed_and_no_probe_source(course):
+    """The case seeds and the probes' source reach a notebook's grading process only after its full run
+    (grader/launch.py sealed_part): a cell that searches its stack, every object, stdin and the
+    repository finds the session's plan and nothing of the judge's; the judge still grades in full."""
+    from grader.seed import secret_strings
+
+    results = _grade(course, {"hunter": _submission(course, extra_cell=HUNTER)})
+    hunter, executed = results["hunter"]
+    texts = ["".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", [])]
+    hunted = next(t for t in texts if t.startswith("HUNT:"))[5:].strip()[::-1].replace(HUNTER.replace("\n", " "), "")
+    assert "SESSION:" in hunted and "notebook_timeout" in hunted, "the hunt must find the session's plan"
+    assert not [m for m in ("PLAN:", "SOURCE:", "MODULE:", "FILE:") if m in hunted], hunted[:2000]
+    assert not [s for s in secret_strings(7, [STEM]) if s in hunted]
+    assert _points(hunter) == 11.0, (hunter.status, hunter.reasons)
