@@ -55,6 +55,9 @@ c.Autograde.autograde_preprocessors = [
 # nbgrader's own "Generate feedback" renders HTML without the pack's cleaning: let nbconvert sanitise it
 # (`python -m grader feedback` is the supported way: grader/feedback.py and grader/safehtml.py)
 c.HTMLExporter.sanitize_html = True
+# The Validate button names each failing cell in the line `./pack.sh validate` prints, not by its whole source
+from utils.validate import short_failure  # noqa: E402
+c.Execute.on_cell_error = short_failure
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"

@@ -7,8 +7,8 @@ type, attachments. Three passes, all stdlib (``html.parser``):
   **allow-list**: the input is parsed and written out again from the tokens, so only known tags and
   attributes come out, every text and attribute value escaped; ``<script>``/``<style>`` content is
   dropped, comments and declarations too, URLs keep only the ``http``, ``https`` and ``mailto``
-  schemes (and ``data:image/...`` in an ``<img src>``), and a ``style`` attribute only when it holds no
-  ``url(``, ``expression`` or escape. Whatever a browser would have made of the input, what it gets
+  schemes (an ``<img src>`` only ``data:image/...``), and a ``style`` attribute only when it loads nothing
+  and cannot draw over the page. Whatever a browser would have made of the input, what it gets
   is this re-serialised token stream, so tricks that confuse a deny-list (``<ScRiPt>``, attributes
   split by tabs or ``/``, ``<scr<script>ipt>``, ``jav&#x61;script:``) have nothing to hide in.
   :func:`clean_page` keeps the ``<head>`` of nbconvert's template (its CSS and the MathJax loader, with
@@ -70,10 +70,13 @@ TAG_ATTRS = {
     "ins": frozenset(("cite",)), "time": frozenset(("datetime",)), "details": frozenset(("open",)),
 }
 URL_ATTRS = frozenset(("href", "src", "cite"))
-#: A ``style`` attribute is dropped when it could run or load something, or lay an element over the page
-#: (``position: fixed`` / ``absolute`` / ``sticky``, ``z-index``: an overlay that hides the grader's report).
-UNSAFE_STYLE = re.compile(r"url\s*\(|expression|javascript|vbscript|@import|behavior|binding|\\|/\*|<|&"
-                          r"|position\s*:\s*(?:fixed|absolute|sticky)|z-index|inset\s*:", re.I)
+#: A ``style`` attribute is dropped when it could run or load something (any URL: ``url(``, ``image-set``, ``//``),
+#: hides a trick from a plain reading (an escape, a comment) or draws over the page (:func:`_unsafe_style`).
+UNSAFE_STYLE = re.compile(r"url\s*\(|src\s*\(|image-set|//|expression|javascript|vbscript|@import|behavior"
+                          r"|binding|\\|/\*|<|&", re.I)
+#: Properties (name prefixes, vendors' too) that move, scale, clip or stack an element over the grader's text.
+MOVING = ("transform", "translate", "rotate", "scale", "zoom", "clip", "mask", "offset", "inset", "z-index",
+          "perspective", "filter", "backdrop-filter", "box-shadow", "outline")
 URL_CONTROLS = re.compile(r"[\x00-\x20\x7f]+")
 SCHEME = re.compile(r"([a-z][a-z0-9+.\-]*):")
 #: Seconds one cleaning call may take before its input is shown as escaped text instead.
@@ -101,15 +104,25 @@ def _cut(text: str, what: str) -> str:
 def unsafe_url(value: str, *, image: bool = False) -> bool:
     """Whether a URL (an attribute value as the browser reads it, entities already decoded) could run
     code: any scheme but http, https and mailto (``javascript:``, ``vbscript:``, ``data:``, ...), seen
-    through the tabs, newlines and control characters a browser ignores. ``image``: an ``<img src>``,
-    where ``data:image/...`` is also fine (an image cannot run a script)."""
+    through the tabs, newlines and control characters a browser ignores. ``image``: an ``<img src>``, only
+    ``data:image/...`` (a remote image, ``//host/x`` too, tells its server who opened the page)."""
     plain = URL_CONTROLS.sub("", value).lower()
+    if image:
+        return not IMAGE_DATA.match(plain)
     m = SCHEME.match(plain)
-    if m is None:
-        return False       # relative: #anchor, path
-    if image and IMAGE_DATA.match(plain):
-        return False
-    return m.group(1) not in SAFE_SCHEMES
+    return m is not None and m.group(1) not in SAFE_SCHEMES   # None: relative (#anchor, path)
+
+
+def _unsafe_style(value: str) -> bool:
+    """Whether a ``style`` attribute matches :data:`UNSAFE_STYLE` or a declaration of it is :data:`MOVING`, a
+    ``position`` but ``static``, or a negative margin or offset (one declaration at a time: linear)."""
+    for declaration in value.lower().split(";"):
+        name, _, val = declaration.partition(":")
+        name = re.sub(r"^-[a-z]+-", "", name.strip())
+        if name.startswith(MOVING) or name == "position" and val.strip() != "static" or "-" in val \
+                and name.startswith(("margin", "top", "left", "right", "bottom", "text-indent")):
+            return True
+    return bool(UNSAFE_STYLE.search(value))
 
 
 def _safe_attrs(tag: str, attrs: list[tuple[str, str | None]]) -> list[tuple[str, str]]:
@@ -121,7 +134,7 @@ def _safe_attrs(tag: str, attrs: list[tuple[str, str | None]]) -> list[tuple[str
             continue
         if name in URL_ATTRS and unsafe_url(value, image=(tag == "img" and name == "src")):
             continue
-        if name == "style" and UNSAFE_STYLE.search(value):
+        if name == "style" and _unsafe_style(value):
             continue
         out.append((name, value))
     return out
@@ -356,7 +369,7 @@ def _markdown_url_unsafe(url: str) -> bool:
     """A markdown link destination: entities and backslash escapes are decoded before it is a URL.
     ``attachment:name`` is the cell's own attachment, which nbconvert turns into an image data URL."""
     url = MD_ESCAPE.sub(r"\1", html.unescape(url))
-    return not url.startswith("attachment:") and unsafe_url(url, image=True)
+    return not url.startswith("attachment:") and unsafe_url(url) and unsafe_url(url, image=True)
 
 
 RAW_CLOSE = {tag: re.compile(rf"</\s*{tag}\s*>", re.I) for tag in RAW_TEXT}
@@ -443,7 +456,7 @@ class _Surgeon(_Tolerant):
         if name in LINK_ATTRS or name.endswith(":href"):
             return unsafe_url(value, image=(tag in ("img", "image") and name in ("src", "href", "xlink:href")))
         if name == "style":
-            return bool(UNSAFE_STYLE.search(value))
+            return _unsafe_style(value)
         if tag == "meta" or name == "http-equiv":
             return True
         return False

@@ -27,12 +27,16 @@ URL_ATTRS = ("href", "src", "action", "formaction", "xlink:href", "data", "poste
              "cite", "codebase", "ping", "lowsrc", "dynsrc")
 ACTIVE_ELEMENTS = ("iframe", "frame", "frameset", "object", "embed", "applet", "base", "form", "svg", "math",
                    "link", "portal", "noscript", "template")
+#: A style that could draw over the grader's text or load something: read broadly (an honest page holds none).
+OVERLAY_STYLE = re.compile(r"(?i)(?<!text-)transform|translate|rotate|scale|zoom|clip|z-index|inset|offset|outline|shadow"
+                           r"|position\s*:(?!\s*static\s*(?:;|$))|(?:margin|top|left|right|bottom|indent)[\w-]*\s*:[^;]*-"
+                           r"|url\s*\(|image-set|//|\\|/\*")
 
 
 class _Reader(HTMLParser):
-    def __init__(self, elements):
+    def __init__(self, elements, images=True):
         super().__init__(convert_charrefs=True)
-        self.elements = elements
+        self.elements, self.images = elements, images
         self.found: list[str] = []
         self.in_body = False
         self.script = None
@@ -72,12 +76,20 @@ class _Reader(HTMLParser):
                     self.found.append(f"<{tag} {name}={value[:40]!r}>")
             if name == "style" and value and re.search(r"(?i)expression|javascript|url\(", value):
                 self.found.append(f"<{tag} style={value[:40]!r}>")
+            elif name == "style" and value and OVERLAY_STYLE.search(value):
+                self.found.append(f"<{tag} style={value[:40]!r}> (draws over the page or loads something)")
+            image = name == "srcset" or tag == "img" and name == "src"
+            if self.images and image and not re.match(r"\s*(?:data:image/|#)", value or "", re.I):
+                self.found.append(f"<{tag} {name}={(value or '')[:40]!r}> (a remote or relative image)")
 
 
-def active_content(page: str, elements=ACTIVE_ELEMENTS) -> list[str]:
-    """What in ``page`` a browser would run or load as active content (the template's MathJax aside).
-    A page must hold none of ``elements`` (inline SVG and MathML included: the page pass drops them)."""
-    reader = _Reader(elements)
+def active_content(page: str, elements=ACTIVE_ELEMENTS, images: bool = True) -> list[str]:
+    """What in ``page`` a browser would run or load as active content (the template's MathJax aside), or
+    that would draw over the grader's text or load an image from elsewhere (a style that moves, scales,
+    clips or stacks, a negative margin or offset, any URL in a style, an image that is not ``data:``).
+    A page must hold none of ``elements`` (inline SVG and MathML included: the page pass drops them).
+    ``images=False``: images from elsewhere aside (markdown's own pass leaves them to the page pass)."""
+    reader = _Reader(elements, images)
     reader.feed(page)
     reader.close()
     body = page.split("<body", 1)[-1]
@@ -114,6 +126,47 @@ HOSTILE_HTML = [
     '<details open ontoggle=alert(1)>',
     '<math><mtext><table><mglyph><style><img src=x onerror=alert(1)>',
 ]
+#: A written answer that draws over the grader's report ("30/30 points") or tracks who opens the page.
+OVERLAY_HTML = [
+    '<div style="transform:translate(0,-400px)">Score: 30/30</div>',
+    '<span style="transform: scale(50)">X</span>',
+    '<p style="rotate: 180deg">r</p>', '<p style="translate: 0 -300px">t</p>', '<p style="scale: 40">s</p>',
+    '<div style="margin-top:-400px">m</div>', '<div style="margin:-1em">m</div>',
+    '<div style="margin: 0 0 0 -20em">m</div>', '<div style="margin-top:calc(0px - 400px)">m</div>',
+    '<div style="margin-block-start: -9em">m</div>', '<div style="text-indent:-9999px">i</div>',
+    '<div style="position:relative; top:-500px">p</div>', '<div class="cell" style="top:-3em">p</div>',
+    '<div style="left: -40px">p</div>', '<div style="inset: -100px 0 0 0">p</div>',
+    '<div style="position:absolute;top:0;left:0;width:100%;background:white">p</div>',
+    '<div style="color: red; position: sticky">p</div>', '<div style="POSITION: FIXED">p</div>',
+    '<div style="position: static !important; z-index:9999">z</div>', '<div style="zoom: 50">z</div>',
+    '<div style="clip-path: inset(0 0 0 0)">c</div>', '<div style="-webkit-transform: rotate(180deg)">w</div>',
+    '<div style="tr\\61nsform: rotate(180deg)">e</div>', '<div style="trans/**/form: rotate(180deg)">c</div>',
+    '<div style="transform:/**/rotate(180deg)">c</div>', '<div style="TRANSFORM: ROTATE(180DEG)">u</div>',
+    '<div style="transform: rotate(180deg) !important">i</div>', '<div style="margin-top: -400px !important">i</div>',
+    '<div style="transform&#58;rotate(1turn)">e</div>', "<div style='color:red;transform:translateY(-20em)'>q</div>",
+    '<div style="offset-path: path(\'M0 -400\'); offset-distance: 100%">o</div>',
+    '<span style="outline: 9999px solid white">o</span>', '<span style="box-shadow: 0 0 0 9999px white">b</span>',
+    '<img src="https://tracker.example/pixel.png?student=x">', '<img src="//tracker.example/p.png">',
+    '<IMG SRC=" HTTP://tracker.example/p.png" alt=a>', '<img src="p.png">',
+    '<img srcset="https://tracker.example/p.png 1x" alt=s>',
+    '<div style="background:url(https://tracker.example/p.png)">b</div>',
+    '<div style="background-image: URL( \'https://tracker.example/p.png\' )">b</div>',
+    '<div style="background-image: image-set(\'https://tracker.example/p.png\' 1x)">b</div>',
+    '<div style="background: u&#114;l(https://tracker.example/p.png)">b</div>',
+]
+HOSTILE_HTML += OVERLAY_HTML
+#: Styled, honest answers: each must come out of every cleaner with all its attributes.
+HONEST_HTML = [
+    '<span style="color: #c00">red</span> and <b>bold</b>, <span style="background-color: yellow">marked</span>',
+    '<p style="font-weight:bold; text-align:center; text-transform: uppercase">centred</p>',
+    '<table style="border-collapse: collapse"><tr><th style="border-top: 1px solid black">K</th>'
+    '<td style="padding: 4px; border: 1px solid #999">0.93</td></tr></table>',
+    "<pre><code>x = a[-1] - b  # margin: -1</code></pre>",
+    '<img src="data:image/png;base64,iVBORw0KGgo=" alt="my plot" width="40">',
+    '<div style="margin: 0 auto; max-width: 40em; position: static">a column</div>',
+]
+#: Markdown's own image syntax for a remote image: only the page pass sees it as an image.
+REMOTE_MARKDOWN = ["![pixel](https://tracker.example/md.png)", "![by ref][px]\n\n[px]: https://tracker.example/ref.png"]
 HOSTILE_MARKDOWN = HOSTILE_HTML + [
     "[click](javascript:alert(1))",
     "[click](jav&#x61;script:alert(1))",
@@ -150,6 +203,45 @@ def test_markdown_answers_lose_their_active_content(snippet):
     assert "My answer:" in cleaned and "(end)" in cleaned
 
 
+def _attributes(text: str) -> list[tuple]:
+    class Attrs(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            found.extend((tag, name, value) for name, value in attrs)
+
+    found: list[tuple] = []
+    Attrs().feed(text)
+    return found
+
+
+@pytest.mark.parametrize("snippet", HONEST_HTML)
+def test_honest_styles_tables_code_and_data_images_survive(snippet):
+    from grader.safehtml import clean_fragment, clean_markdown, clean_page, safe_markdown
+
+    assert clean_markdown(snippet) == snippet and safe_markdown(snippet) == snippet
+    assert _attributes(clean_fragment(snippet)) == _attributes(snippet)
+    assert _attributes(clean_page("<html><head></head><body>" + snippet + "</body></html>")) == _attributes(snippet)
+    assert active_content(snippet) == []   # the reader passes them too
+
+
+def test_a_remote_image_in_markdown_syntax_is_dropped_by_the_page_pass():
+    from grader.safehtml import clean_page, safe_markdown
+
+    for snippet in REMOTE_MARKDOWN:
+        rendered = _render_markdown(safe_markdown("My answer: " + snippet))
+        assert active_content(rendered), rendered   # the renderer makes an <img src="https://...">
+        page = clean_page("<html><head></head><body>" + rendered + "</body></html>")
+        assert active_content(page) == [] and "tracker.example" not in page and "<img" in page, page
+
+
+def test_style_checks_stay_linear():
+    """A style of 200 kB of declarations (the cap of an answer) is checked in time linear in its length."""
+    from grader.safehtml import clean_markdown
+
+    for piece in ("margin:", "color:red;", "top: 1px ", "position:"):
+        hostile = f'<p style="{_sized(piece, 200_000)}">x</p>'
+        assert _seconds(clean_markdown, hostile) < 20 * max(_seconds(clean_markdown, _sized(BENIGN, 200_000)), 0.005)
+
+
 def test_the_reader_sees_what_the_old_pages_held():
     """The checks above mean something: every hostile snippet is active content as raw HTML (an
     output, the old pages), and the markdown-only ones are once markdown has been rendered."""
@@ -175,7 +267,7 @@ def test_markdown_fuzz_renders_nothing_active():
     """Random soup of tag fragments, comments, CDATA, entities and links (seeded, 400 cells)."""
     import random
 
-    from grader.safehtml import safe_markdown
+    from grader.safehtml import clean_page, safe_markdown
 
     pieces = list("<>!/-[]&#;='\" \n\tabcxyzSCRIPT:`*$") + [
         "<script>", "</script>", "<!--", "-->", "<![CDATA[", "]]>", "<!", "<?", "javascript:", "onerror=", "<svg",
@@ -184,7 +276,8 @@ def test_markdown_fuzz_renders_nothing_active():
     for _ in range(400):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 50)))
         rendered = _render_markdown(safe_markdown(text))
-        assert active_content(rendered, [e for e in ACTIVE_ELEMENTS if e not in ("svg", "math")]) == [], text
+        assert active_content(rendered, [e for e in ACTIVE_ELEMENTS if e not in ("svg", "math")], images=False) == [], text
+        assert active_content(clean_page("<html><head></head><body>" + rendered + "</body></html>")) == [], text
 
 
 def test_the_notebooks_own_markdown_is_left_exactly_as_written():
@@ -258,7 +351,7 @@ def test_outputs_keep_only_safe_mime_types():
 
 
 # ----------------------------------------------------------------------------- feedback, end to end
-MARKDOWN_ANSWER = ("My answer, with maths $K<N$ kept.\n\n" + "\n\n".join(HOSTILE_MARKDOWN))
+MARKDOWN_ANSWER = ("My answer, with maths $K<N$ kept.\n\n" + "\n\n".join(HOSTILE_MARKDOWN + REMOTE_MARKDOWN + HONEST_HTML))
 
 
 def _gid(cell):
@@ -279,7 +372,7 @@ def _hostile_autograded(release: dict) -> dict:
         {"output_type": "display_data", "metadata": {},
          "data": {"application/javascript": "alert('js')", "text/plain": "<IPython.core.display.Javascript object>"}},
         {"output_type": "display_data", "metadata": {},
-         "data": {"text/html": "<b>html output</b>" + "".join(HOSTILE_HTML), "text/plain": "<HTML>"}},
+         "data": {"text/html": "<b>html output</b>" + "".join(HOSTILE_HTML + HONEST_HTML), "text/plain": "<HTML>"}},
         {"output_type": "display_data", "metadata": {},
          "data": {"text/markdown": "markdown output [x](javascript:alert(1)) <img src=x onerror=alert(1)>"}},
         {"output_type": "display_data", "metadata": {},
@@ -395,6 +488,9 @@ def test_the_hostile_page_still_shows_honest_output(pages):
     assert "plain output" in page and "<b>html output</b>" in page and "markdown output" in page
     assert "raw cell" in page
     assert 'src="data:image/png;base64,iVBORw0KGgo="' in page      # the attachment that is an image
+    for tag, name, value in _attributes("".join(HONEST_HTML)):   # styled answers and outputs keep their looks
+        assert f'{name}="{html.escape(value)}"' in page, (tag, name, value)
+    assert "tracker.example" not in page
 
 
 @pytest.mark.parametrize("student, status, failed", [("died", "kernel died", "test_cosine_scores"),

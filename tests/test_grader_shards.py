@@ -262,6 +262,118 @@ def test_merge_shards_cli_exits_non_zero_and_names_the_shard(sharded, tmp_path):
     assert "shard 0/2" in proc.stderr and "release" in proc.stderr, proc.stderr[-2000:]
 
 
+# ----------------------------------------------------------------------------- (c') a shard is re-verified
+#: The attack: shard 1's copy of wrong_mi's notebook is a hard link to correct's (shard 0), the shard grades
+#: it, and the status file's fingerprint is forged to be the one of the course's own wrong_mi inputs.
+VICTIM, DONOR = "wrong_mi", "correct"
+
+
+def _status(grading: Path, student: str) -> dict:
+    path = grading / "status" / f"{student}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _forge_fingerprint(course, shard: Path, student: str) -> None:
+    """The shard's status file for ``student`` claims it graded the course's own inputs."""
+    from grader.batch import batch_fingerprint, student_fingerprint
+    from grader.seed import read_seed
+
+    notebooks = course.notebook_names()
+    manifest = json.loads((shard / "shard.json").read_text())
+    batch = batch_fingerprint(course, notebooks, read_seed(course.grading) or manifest["seed"],
+                              manifest["batch"]["settings"], grader=manifest["batch"]["grader"])
+    status = json.loads((shard / "status" / f"{student}.json").read_text())
+    status["fingerprint"] = student_fingerprint(course, student, notebooks, batch)
+    (shard / "status" / f"{student}.json").write_text(json.dumps(status))
+
+
+@pytest.fixture(scope="module")
+def forged(klass, sharded, tmp_path_factory):
+    """An unmerged copy of the sharded class whose shard 1 graded the DONOR's notebook as the VICTIM's (a hard
+    link) and whose status file was forged to agree with the course."""
+    from grader.course import Course
+
+    grading = tmp_path_factory.mktemp("forged") / "grading"
+    shutil.copytree(sharded["unmerged"], grading)
+    course = Course(grading=grading, source=sharded["source"])
+    shard = grading / "shards" / "1-of-2"
+    copy = Course(grading=shard, source=sharded["source"]).folder("submitted", VICTIM) / f"{STEM}.ipynb"
+    copy.unlink()
+    os.link(course.folder("submitted", DONOR) / f"{STEM}.ipynb", copy)
+    _check(grader_cli(shard, klass["source"], "autograde", "--student", VICTIM, "--regrade", timeout=DEADLINE),
+           "the shard grading the donor's notebook")
+    _forge_fingerprint(course, shard, VICTIM)
+    return {"course": course, "shard": shard, "copy": copy}
+
+
+def _forged_copy(forged: dict, tmp_path: Path):
+    from grader.course import Course
+
+    grading = tmp_path / "grading"
+    shutil.copytree(forged["course"].grading, grading)   # copies: no hard link left
+    return Course(grading=grading, source=forged["course"].source), grading / "shards" / "1-of-2"
+
+
+def _merge(course) -> tuple[dict, list[str]]:
+    from grader.extras.shards import merge_shards
+
+    said: list[str] = []
+    return merge_shards(course, progress=said.append), said
+
+
+def test_a_forged_shard_leaves_its_student_unmerged_and_merges_the_others(forged, sharded, reference):
+    """The issue's attack (11 points -> 30): the hard link and the forged status agree with each other, and
+    the shard's gradebook with both; merge-shards re-verifies and keeps the victim out, loudly."""
+    donor = _status(reference["grading"], DONOR)["score"]
+    assert _status(forged["shard"], VICTIM)["score"] == donor > _status(reference["grading"], VICTIM)["score"]
+    assert forged["copy"].stat().st_nlink == 2
+    merged, said = _merge(forged["course"])
+    refusals = [line for line in said if line.startswith("NOT MERGED")]
+    assert len(refusals) == 1 and f"NOT MERGED: {VICTIM} (shard 1/2" in refusals[0], said
+    assert "hard links" in refusals[0] and f"--shard 1/2 --student {VICTIM} --regrade" in refusals[0]
+    assert sorted(s for names in merged.values() for s in names) == sorted(set(CLASS) - {VICTIM})
+    assert _status(forged["course"].grading, VICTIM) == {}          # no 30 points, not even a status
+    assert _status(forged["course"].grading, DONOR)["score"] == donor
+
+
+def test_a_forged_shard_without_the_hard_link_is_caught_by_its_copys_digest(forged, tmp_path):
+    course, shard = _forged_copy(forged, tmp_path)
+    assert (shard / forged["copy"].relative_to(forged["shard"])).stat().st_nlink == 1
+    merged, said = _merge(course)
+    refusals = [line for line in said if line.startswith("NOT MERGED")]
+    assert len(refusals) == 1 and f"{VICTIM} (shard 1/2" in refusals[0], said
+    assert f"submitted/{VICTIM}/ex01/{STEM}.ipynb differs from the course's" in refusals[0]
+    assert VICTIM not in merged[1] and _status(course.grading, VICTIM) == {}
+
+
+def test_a_shard_copy_changed_after_it_was_prepared_or_a_hard_linked_one_is_not_merged(sharded, tmp_path):
+    from grader.course import Course
+
+    grading = tmp_path / "grading"
+    shutil.copytree(sharded["unmerged"], grading)
+    course = Course(grading=grading, source=sharded["source"])
+    shard0 = Course(grading=grading / "shards" / "0-of-2", source=sharded["source"])
+    # edited in the shard after it was prepared (the status file still says: the course's notebook)
+    edited = shard0.folder("submitted", "release") / f"{STEM}.ipynb"
+    edited.write_bytes(edited.read_bytes() + b" ")
+    # the same bytes as the course's, but a hard link (to the course's own file)
+    linked = shard0.folder("submitted", "wrong_info_nce") / f"{STEM}.ipynb"
+    linked.unlink()
+    os.link(course.folder("submitted", "wrong_info_nce") / f"{STEM}.ipynb", linked)
+    # a shard with another judge seed file than its manifest's
+    (grading / "shards" / "1-of-2" / "judge-seed.txt").write_text("7\n")
+    merged, said = _merge(course)
+    refusals = sorted(line for line in said if line.startswith("NOT MERGED"))
+    assert [line.split()[2] for line in refusals] == ["corrupt", "release", "wrong_info_nce", "wrong_mi"], said
+    assert "differs from the course's" in refusals[1] and "hard links" in refusals[2]
+    assert "is not the class's judge seed" in refusals[0] and "is not the class's judge seed" in refusals[3]
+    assert merged == {0: ["correct"]}
+
+
+def test_an_honest_shard_merges_without_a_refusal(sharded):
+    assert "NOT MERGED" not in sharded["merge"] and "merged 3 students" in sharded["merge"], sharded["merge"]
+
+
 # ----------------------------------------------------------------------------- (d) the split
 def test_shard_split_is_stable_and_covers_everyone_once():
     from grader.extras.shards import shard_of, split

@@ -113,3 +113,98 @@ def test_plain_nbgrader_autograde_gives_the_judges_points(tmp_path):
     assert any("Autograder:" in r and "[FAIL]" in r for r in reports), "no per-case report in nbgrader's copy"
     status = json.loads((tmp_path / "nbgrader" / "status" / "displayhook_stub.json").read_text())
     assert status["notebooks"][STEM]["judge"]["score"] == 0.0
+
+
+# ----------------------------------------------------------------------------- the Validate button
+#: nbgrader's Validate button posts the notebook's path to its server extension, whose handler
+#: (``ValidateAssignmentHandler.validate_notebook``) loads nbgrader's configuration from the server's working
+#: folder and Jupyter's config path, runs nbgrader's Validator and returns its results; this runs that handler.
+BUTTON = '''
+import json, logging, sys
+from nbgrader.server_extensions.validate_assignment.handlers import ValidateAssignmentHandler
+
+class Handler(ValidateAssignmentHandler):   # the handler without a running server: its root and a log
+    root_dir = sys.argv[1]
+    log = logging.getLogger("validate")
+
+    def __init__(self):
+        pass
+
+print(json.dumps(Handler().validate_notebook(sys.argv[2])))
+'''
+
+
+def _validate_button(root: Path, path: str, grading: Path) -> dict:
+    """The server extension's reply to the Validate button for ``root/path``, the server started in grader/."""
+    proc = subprocess.run([sys.executable, "-c", BUTTON, str(root), path], cwd=GRADER_DIR, capture_output=True,
+                          text=True, timeout=600, env=nbgrader_env({"LAS_GRADING_DIR": str(grading)}))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def _dialog(reply: dict) -> list[str]:
+    """The lines of the dialog nbgrader's labextension opens for ``reply`` (a failed cell: a heading, the
+    cell's ``source`` and its ``error``)."""
+    assert reply["success"], reply["value"]
+    lines = []
+    for cell in reply["value"].get("failed", []):
+        lines += ["The following cell failed:", *cell["source"].splitlines(), *cell["error"].splitlines()]
+    return lines or ["Success! Your notebook passes all the tests."]
+
+
+def test_the_validate_button_names_each_failing_cell_in_one_line(tmp_path):
+    """A half-done Task 1 (two answers not filled in): the button's dialog names the two test cells that fail
+    as the student sees them, with `./pack.sh validate`'s own lines, instead of their whole sources and
+    tracebacks (80 lines here, about 180 with more cells failing)."""
+    from grader.mutants import student_copy
+    from utils.notebook_cells import grade_id
+    from utils.validate import nbgrader_problems
+
+    release = json.loads((ROOT / "notebooks" / "ex01" / f"{STEM}.ipynb").read_text())
+    solution = json.loads((ROOT / "solutions" / "ex01" / f"{STEM}.ipynb").read_text())
+    half_done = student_copy(release, solution)
+    stubs = {grade_id(c): c["source"] for c in release["cells"]}
+    for cell in half_done["cells"]:
+        if grade_id(cell) in ("nce_loss", "n_pair_loss"):
+            cell["source"] = stubs[grade_id(cell)]
+    path = tmp_path / "root" / "ex01" / f"{STEM}.ipynb"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(half_done))
+
+    lines = _dialog(_validate_button(tmp_path / "root", f"ex01/{STEM}.ipynb", tmp_path / "grading"))
+    assert len(lines) == 6, "\n".join(lines)
+    pack_lines = nbgrader_problems(str(path))   # what ./pack.sh validate prints for nbgrader's check
+    assert len(pack_lines) == 2 and all(line in lines for line in pack_lines), (pack_lines, lines)
+    assert "the test cell of `nce_loss`" in lines[1] and "stops at NotImplementedError" in lines[2]
+    assert "the test cell of `n_pair_loss`" in lines[4]
+
+
+def test_the_short_report_leaves_edited_cells_and_other_runs_alone(monkeypatch):
+    """The hook rewrites only a graded cell as released, and only under nbgrader's validation: an edited test
+    cell keeps its source for nbgrader to report as changed, and autograde's cells are never touched."""
+    from nbformat import from_dict
+    from nbgrader.utils import compute_checksum
+
+    from utils.validate import short_failure
+
+    def failing_cell(source: str):
+        cell = from_dict({"cell_type": "code", "source": "assert f() == 1", "execution_count": 1, "outputs": [
+            {"output_type": "error", "ename": "AssertionError", "evalue": "", "traceback": ["AssertionError"]}],
+            "metadata": {"nbgrader": {"grade": True, "grade_id": "test_f", "locked": True, "points": 1,
+                                      "solution": False}}})
+        cell.metadata.nbgrader.checksum = compute_checksum(cell)
+        cell.source = source
+        return cell
+
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    cell = failing_cell("assert f() == 1")
+    short_failure(cell=cell, cell_index=0)
+    assert cell.source == "assert f() == 1" and cell.outputs[0].traceback == ["AssertionError"]
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    edited = failing_cell("pass  # the student emptied the test")
+    short_failure(cell=edited, cell_index=0)
+    assert edited.source.startswith("pass") and edited.metadata.nbgrader.checksum != compute_checksum(edited)
+    monkeypatch.chdir(Path(__file__).parent)   # no notebook with this cell here: a plain name
+    short_failure(cell=cell, cell_index=0)
+    assert cell.source == "a test cell" and cell.outputs[0].traceback == ["a test cell fails: AssertionError"]
+    assert cell.metadata.nbgrader.checksum == compute_checksum(cell)

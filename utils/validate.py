@@ -29,7 +29,7 @@ import contextlib
 import os
 import sys
 
-from utils.notebook_cells import cell_source, read_notebook, student_labels
+from utils.notebook_cells import cell_source, grade_id, nbgrader_meta, read_notebook, student_labels
 
 #: at most this many problem lines per notebook and check; the rest are counted
 SHOWN = 12
@@ -86,15 +86,53 @@ def nbgrader_problems(path: str, *, verbose: bool = False) -> list[str]:
         problems.append(f"{named(cell['source'])}, a locked or test cell, was edited: the grader restores it, "
                         "so put your code in your own cells")
     for cell in results.get("failed", []):
-        error = _first_error_line(cell.get("raw_error", ""))
-        if "You did not provide a response" in (cell.get("raw_error") or ""):
-            problems.append(f"{named(cell['source'])} is still empty")
-        elif error.startswith("NotImplementedError"):
-            problems.append(f"{named(cell['source'])} stops at NotImplementedError: "
-                            "the answer it runs or tests is not filled in yet")
-        else:
-            problems.append(f"{named(cell['source'])} fails: {error}")
+        problems.append(failed_cell_line(named(cell["source"]), cell.get("raw_error") or ""))
     return problems
+
+
+def failed_cell_line(label: str, raw_error: str) -> str:
+    """One failing cell of nbgrader's validation, named as the student finds it, with what went wrong."""
+    error = _first_error_line(raw_error)
+    if "You did not provide a response" in raw_error:
+        return f"{label} is still empty"
+    if error.startswith("NotImplementedError"):
+        return f"{label} stops at NotImplementedError: the answer it runs or tests is not filled in yet"
+    return f"{label} fails: {error}"
+
+
+def _label_in_folder(cell, index: int) -> str:
+    """How the student finds ``cell``, cell ``index`` of the notebook being validated: the notebook of the
+    working folder (nbgrader validates in the notebook's own folder) whose cell ``index`` has its grade id."""
+    for path in sorted(os.listdir(".")):
+        try:
+            cells = read_notebook(path).get("cells", []) if path.endswith(".ipynb") else []
+        except (OSError, ValueError):
+            continue
+        if index < len(cells) and grade_id(cells[index]) == grade_id(cell):
+            return student_labels(cells)[index]
+    return "a test cell"
+
+
+def short_failure(cell, cell_index: int, **_) -> None:
+    """nbgrader's Validate button, as short as ``./pack.sh validate``: its server extension shows every failing
+    cell's whole source and traceback (about 180 lines on a half-done notebook). Set as nbclient's
+    ``c.Execute.on_cell_error`` hook (grader/nbgrader_config.py), this makes a failing graded cell, in
+    the copy nbgrader validates in memory, its label (:func:`_label_in_folder`) and one error line: the
+    line ``./pack.sh validate`` prints. Only under nbgrader's validation, and only for a cell as released
+    (its checksum matching; an edited cell stays as it is, for nbgrader to report as changed)."""
+    from nbgrader.utils import compute_checksum, is_grade
+
+    meta = nbgrader_meta(cell)
+    if os.environ.get("NBGRADER_EXECUTION") != "validate" or not is_grade(cell) \
+            or meta.get("checksum") != compute_checksum(cell):
+        return
+    errors = [o for o in cell.outputs if o.get("output_type") == "error"]
+    raw = "\n".join("\n".join(o.get("traceback", [])) for o in errors)
+    cell.source = _label_in_folder(cell, cell_index)
+    if errors:   # nbgrader reads the error output's traceback (and any stderr, dropped here)
+        errors[-1]["traceback"] = [failed_cell_line(cell.source, raw)]
+        cell.outputs = errors[-1:]
+    meta["checksum"] = compute_checksum(cell)
 
 
 def grader_view_problems(path: str) -> list[str]:

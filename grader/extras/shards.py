@@ -23,7 +23,7 @@ from ..results import NotebookResult
 from ..scoring import merge
 from ..batch import batch_fingerprint, grade_settings, invalidate, is_finished, student_fingerprint, what_changed
 from ..course import COURSE_ID, Course, add_students, sync_assignment, write_atomic
-from ..seed import SEED_FILE, adopt_seed, ensure_seed, give_seed
+from ..seed import SEED_FILE, adopt_seed, ensure_seed, give_seed, read_seed, seed_digest
 
 MANIFEST = "shard.json"
 #: What every shard of one split must share, and what the words for it are in a refusal.
@@ -191,6 +191,40 @@ def _links_in(folder: Path) -> list[Path]:
     return found
 
 
+def _hard_links(folder: Path) -> dict[str, list[Path]]:
+    """Every file in ``folder`` with more than one hard link (it may be another student's file, or the
+    class's own, under another name), by the student whose folder or status file holds it ("": shared)."""
+    found: dict[str, list[Path]] = {}
+    for top, _, files in os.walk(folder):
+        for name in files:
+            path = Path(top) / name
+            if path.is_symlink() or path.stat().st_nlink == 1:
+                continue
+            parts = path.relative_to(folder).parts   # <kind>/<student>/... or status/<student>.json
+            student = parts[1].removesuffix(".json") if len(parts) > 2 or parts[0] in ("status", "collect") else ""
+            found.setdefault(student, []).append(path)
+    return found
+
+
+def _unverified(shard: Course, student: str, notebooks: list[str], expected: dict, links: list[Path]) -> str | None:
+    """Why a student a shard says it graded must not be merged (None: nothing found). The shard's status
+    file is the shard's word only: what the shard graded must be the course's own submission and collect
+    report, byte for byte (its copies hashed here, as ``expected`` hashed the course's), graded with the
+    class's judge seed, and no file of the student's may be a hard link."""
+    if links:
+        return f"{links[0]} has {links[0].stat().st_nlink} hard links (another student's file under this name?)"
+    if seed_digest(read_seed(shard.grading) or 0) != expected["seed"]:
+        return f"{shard.grading / SEED_FILE} is not the class's judge seed"
+    graded = student_fingerprint(shard, student, notebooks, expected)
+    changed = [f"submitted/{student}/{shard.assignment}/{nb}.ipynb" for nb in notebooks
+               if graded["submitted"][nb] != expected["submitted"][nb]]
+    changed += [f"collect/{student}.json"] if graded["collect"] != expected["collect"] else []
+    if changed:
+        return (f"the shard's {', '.join(changed)} differs from the course's, which its status file claims it graded "
+                "(changed after the shard was prepared, or forged)")
+    return None
+
+
 def _grade_disagreements(shard: Course, student: str, status: dict, notebooks: list[str]) -> list[str]:
     """Where a shard's gradebook disagrees with the judge's points in the student's status file: each
     test cell the judge scored must hold exactly those points, and a notebook the judge did not grade
@@ -228,7 +262,10 @@ def merge_shards(course: Course, dirs: list[Path] | None = None, allow_missing: 
     ``course``: its gradebook, status files and autograded notebooks, as one local ``autograde`` run
     would have left them. Refuses (ShardError) shards of different splits, seeds, assignments, grader
     code or settings, and, unless ``allow_missing``, any student of ``grading/submitted`` whose shard has
-    not graded their present submission (the message names them per shard). Returns shard -> students merged."""
+    not graded their present submission (the message names them per shard). A shard's status files are only
+    its word: a student whose shard's copies are not the course's own inputs, or hold a hard link, or whose
+    shard has another judge seed file, is left unmerged with one ``NOT MERGED`` line (:func:`_unverified`);
+    the others merge. Returns shard -> students merged."""
     folders = shard_folders(dirs or [course.grading / "shards"])
     if not folders:
         raise ShardError(f"no shard folders (with {MANIFEST}) in "
@@ -261,9 +298,10 @@ def merge_shards(course: Course, dirs: list[Path] | None = None, allow_missing: 
                              f"{course.grading} has now ({short(current[part])}): grade them again")
     missing: dict[int, list[str]] = {}
     done: dict[int, list[tuple[str, dict]]] = {}
+    fingerprints = {}   # of the course's own inputs: what each shard must have graded
     for s in course.students():
         index = shard_of(s, count)
-        expected = student_fingerprint(course, s, notebooks, current)
+        expected = fingerprints[s] = student_fingerprint(course, s, notebooks, current)
         folder = by_index.get(index)
         status = Course(grading=folder, source=course.source, assignment=course.assignment).read_json("status", s) if folder else {}
         if is_finished(status, expected):
@@ -276,6 +314,23 @@ def merge_shards(course: Course, dirs: list[Path] | None = None, allow_missing: 
         raise ShardError("shard folders hold symbolic links, which merge-shards never follows (grade those shards "
                          "again into plain folders): " + ", ".join(str(p) for p in links[:10])
                          + (f" and {len(links) - 10} more" if len(links) > 10 else ""))
+    hard = {index: _hard_links(by_index[index]) for index in done}
+    refused = []
+    for index, pairs in sorted(done.items()):
+        if hard[index].get(""):
+            raise ShardError(f"shard {index}/{count} {by_index[index]}: files with more than one hard link (merge-shards "
+                             "trusts no file that is also elsewhere; grade the shard again into a fresh folder): "
+                             + ", ".join(str(p) for p in hard[index][""][:10]))
+        shard = Course(grading=by_index[index], source=course.source, assignment=course.assignment)
+        for s, status in list(pairs):
+            why = _unverified(shard, s, notebooks, fingerprints[s], hard[index].get(s, []))
+            if why:
+                pairs.remove((s, status))
+                refused.append(f"NOT MERGED: {s} (shard {index}/{count} {by_index[index]}): {why}. Grade them again: "
+                               f"python -m grader autograde --shard {index}/{count} --student {s} --regrade, "
+                               "then merge-shards")
+    for line in refused:
+        progress(line)
     disagree = [line for index, pairs in sorted(done.items()) for s, status in pairs
                 for line in _grade_disagreements(Course(grading=by_index[index], source=course.source, assignment=course.assignment), s, status,
                                                  notebooks)]
