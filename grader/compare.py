@@ -260,6 +260,29 @@ def expect_same(rtol: float = 1e-5, atol: float = 1e-6, dtype: bool = True, numb
     return check
 
 
+def expect_dtype_kept(rtol64: float = 1e-9):
+    """A comparator for a dtype rule (``checks="dtype"``): every result (one call, or a list of calls) is a
+    tensor of the solution's shape and dtype, and a float64 one holds its precision (within ``rtol64``). What
+    the values are is the value cases' business: they compare values only, so a dtype slip costs this rule's
+    share and nothing more."""
+    values = expect_same(rtol=rtol64, atol=rtol64)
+
+    def check(got, ref) -> None:
+        pairs = list(zip(got, ref)) if isinstance(ref, list) and isinstance(got, list) else [(got, ref)]
+        if isinstance(ref, list) and (not isinstance(got, list) or len(got) != len(ref)):
+            raise AssertionError(f"expected {len(ref)} results, but it {describe(got)}")
+        for i, (g, r) in enumerate(pairs):
+            where = f"call {i + 1}" if len(pairs) > 1 else "the result"
+            if isinstance(g, Raised):
+                raise AssertionError(f"{where}: it {describe(g)}")
+            as_tensor(g, where, tuple(r.shape), r.dtype)
+            if r.dtype == torch.float64:
+                values(g, r, f"{where} (float64 precision)")
+
+    check.interface = "dtype"
+    return check
+
+
 def expect_raises(*names: str):
     """A comparator: the call raised one of ``names`` (a subclass counts: ``class MyError(ValueError)``
     is a ValueError). With a list of calls, every call must raise. The judge scores such a case only

@@ -374,6 +374,37 @@ def test_a_trivial_info_nce_and_nce_earn_nothing(tmp_path):
         assert v.points["test_info_nce_loss"] == 0, [c.name for c in v.cases if c.passed]
 
 
+@pytest.mark.slow
+def test_answers_that_ignore_the_tables_earn_nothing_on_conditionals_compatible(tmp_path, monkeypatch):
+    """Issue #51: True or False from a call counter, a fixed pattern, a seeded random stream, the dtype, the
+    shape, the tolerance or a constant (tests/fixtures/hollow_answers.py) fails every value case of
+    conditionals_compatible, so its gated cases score nothing either: 0 of the cell's points. Each case runs
+    in a process of its own, as in grading, so a counter starts afresh in every case."""
+    from fixtures.hollow_answers import CALL_ORDER_COMPATIBLE
+    from grader import judge as judge_mod
+
+    real = judge_mod.run_harness
+    monkeypatch.setattr(judge_mod, "run_harness", lambda plan, **kwargs: real({**plan, "isolate": "case"}, **kwargs))
+    variants = {name: ("conditionals_compatible", source) for name, source in CALL_ORDER_COMPATIBLE.items()}
+    verdicts = _judge("task2_pseudo_likelihood", variants, "test_conditionals_compatible", tmp_path)
+    for (name, seed), v in verdicts.items():
+        assert v.points["test_conditionals_compatible"] == 0, \
+            f"{name} (seed {seed}) earned {v.points['test_conditionals_compatible']}: {[c.name for c in v.cases if c.passed]}"
+
+
+@pytest.mark.slow
+def test_a_table_of_the_published_pythia_counts_earns_nothing(tmp_path):
+    """Issue #51: count_parameters that looks up the published counts of the Pythia sizes (and returns nonsense
+    for any other configuration) earns nothing: the Pythia-architecture case draws sizes no Pythia model has."""
+    from fixtures.hollow_answers import PYTHIA_LOOKUP
+
+    verdicts = _judge("taskB_pythia_scaling", {"lookup": ("count_parameters", PYTHIA_LOOKUP)}, "test_count_parameters",
+                      tmp_path)
+    for (name, seed), v in verdicts.items():
+        assert v.points["test_count_parameters"] == 0, \
+            f"{name} (seed {seed}) earned {v.points['test_count_parameters']}: {[c.name for c in v.cases if c.passed]}"
+
+
 _BERT_MASK = '''
 def bert_mask(input_ids, special_token_ids, mask_token_id, vocab_size, q=0.15, generator=None):
     if not 0.0 <= q <= 1.0:
@@ -432,16 +463,56 @@ EDGE_MUTANTS = {
 def test_a_solution_with_one_edge_case_bug_loses_exactly_that_cases_share(stem, tmp_path):
     from grader.mutants import load as load_mutants
 
+    mutants = {m.name: m for m in load_mutants(stem)}
+    _loses_exactly_its_case(stem, [mutants[name] for name in EDGE_MUTANTS[stem]], tmp_path)
+
+
+#: Per notebook, mutants (grader/mutants/<stem>.py: answer cell, name) whose one bug is a dtype: each loses its
+#: dtype rule's share and nothing more (issue #51: the value cases compare values only, so a dtype slip is not
+#: charged twice). The bonus has no dtype rule.
+DTYPE_MUTANTS = {
+    "task1_infonce": (("info_nce_loss", "returns float32 whatever the input dtype"),
+                      ("info_nce_loss", "returns float64 whatever the input dtype"),
+                      ("nce_loss", "returns float32 whatever the input dtype"),
+                      ("n_pair_loss", "returns float32 whatever the input dtype"),
+                      ("mi_functions", "bound in float32 (a float64 mean loss loses its digits)")),
+    "task2_pseudo_likelihood": (("mlm_loss", "always returns float32"), ("mlm_loss", "always returns float64")),
+    "taskA_simclr": (("nt_xent_loss_loop", "the loss computed in float64 and returned as float64"),
+                     ("nt_xent_loss_loop", "returns float32 whatever the input dtype"),
+                     ("nt_xent_loss", "returns float64 whatever the input dtype"),
+                     ("nt_xent_loss", "returns float32 whatever the input dtype")),
+    "taskB_pythia_scaling": (("bookkeeping", "array path in float64 (right values, not an int64 array)"),),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", sorted(DTYPE_MUTANTS))
+def test_a_solution_whose_one_bug_is_a_dtype_loses_exactly_the_dtype_rules_share(stem, tmp_path):
+    from grader.judge import case_kind
+    from grader.mutants import load as load_mutants
+
+    mutants = {(m.cell, m.name): m for m in load_mutants(stem)}
+    chosen = [mutants[key] for key in DTYPE_MUTANTS[stem]]
+    rules = {c.probe for c in load_cases(stem) if case_kind(c) == "rule" and c.checks == "dtype"}
+    assert {m.case for m in chosen} <= rules, [m.case for m in chosen]
+    _loses_exactly_its_case(stem, chosen, tmp_path, kind="rule")
+
+
+def _loses_exactly_its_case(stem, mutants, tmp_path, kind: str | None = None):
+    """Each mutant, judged on its case's test cell over the seeds, fails its ``case`` (with ``kind``, the one of
+    that kind: a rule may read the probe of a value case again) and nothing else, and keeps every other share of
+    the cell's points."""
+    from grader.judge import case_kind
+
     release, solution = _load(stem)
     points = points_per_test_cell(release)
     cases = load_cases(stem)
-    mutants = {m.name: m for m in load_mutants(stem)}
     variants, cells, expected = {}, {}, {}
-    for name in EDGE_MUTANTS[stem]:
-        m = mutants[name]
+    for m in mutants:
+        name = f"{m.cell}: {m.name}"
         cell = next(c.cell for c in cases if c.probe == m.case)
         total = sum(c.weight for c in cases if c.cell == cell)
-        lost = sum(c.weight for c in cases if c.probe == m.case)
+        lost = sum(c.weight for c in cases if c.probe == m.case and kind in (None, case_kind(c)))
         variants[name] = student_copy(release, solution, m)
         cells[name] = [cell]
         expected[name] = (m.case, cell, round(points[cell] * (total - lost) / total, 2))

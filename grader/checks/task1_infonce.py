@@ -11,11 +11,14 @@ requirement here is written in the notebook above the answer cell (dtypes, stabi
 
 from __future__ import annotations
 
-from grader.compare import expect_raises, expect_same
+from grader.compare import expect_dtype_kept, expect_raises, expect_same
 from grader.cases import Case
 
-LOSS = expect_same(rtol=1e-5, atol=1e-5)
-STABLE64 = expect_same(rtol=1e-9, atol=1e-9)
+# Values only: the dtype the text asks for is a rule of its own (DTYPE), so a dtype slip costs that rule's share
+# and no value case. A float32 rounding of the right value passes the value cases.
+LOSS = expect_same(rtol=1e-5, atol=1e-5, dtype=False)
+STABLE = expect_same(rtol=1e-6, atol=1e-6, dtype=False)
+DTYPE = expect_dtype_kept(rtol64=1e-9)
 
 # Weights are shares, not points: a comment "name: the test cell's N points" gives the points of the test
 # cell the cases under it belong to, and a case earns its weight's share of them (grader/judge.py: points x
@@ -25,23 +28,26 @@ CASES = [
     # equal scores are the one trivial input: that case too scores only next to real values
     Case("test_info_nce_loss", "info_nce_uniform", "equal scores give log(K+1)", LOSS,
          requires=("info_nce_column0",)),
-    Case("test_info_nce_loss", "info_nce_column0", "mean InfoNCE with the positive in column 0 (0-dim, dtype kept)",
+    Case("test_info_nce_loss", "info_nce_column0", "mean InfoNCE with the positive in column 0 (0-dim)",
          LOSS, weight=2),
     Case("test_info_nce_loss", "info_nce_positive_index",
          "mean InfoNCE with the positive of row i in column positive_index[i] (an int64 tensor [B], or an int)",
          LOSS, weight=2),
     Case("test_info_nce_loss", "info_nce_float64_stable",
-         "float64 rows near 1000 and hundreds below give a finite float64 loss, float32 rows whose positive lies "
-         "100 above the rest a finite float32 one (log-sum-exp within each row, shifted by its largest score)",
-         STABLE64, weight=2),
+         "float64 rows near 1000 and hundreds below, and float32 rows whose positive lies 100 above the rest, give "
+         "the finite loss (log-sum-exp within each row, shifted by its largest score)", STABLE, weight=2),
     Case("test_info_nce_loss", "info_nce_gradient", "differentiable: the gradient a training step needs",
          expect_same(rtol=1e-4, atol=1e-6), kind="property"),
+    Case("test_info_nce_loss", "info_nce_dtype", "the scores' dtype kept (float32 or float64, float64 precision)",
+         DTYPE, weight=0.5, kind="rule", checks="dtype"),
     Case("test_info_nce_loss", "info_nce_rejects_1d", "a ValueError for scores that are not 2-D (given code)",
          expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
     # nce_loss: the test cell's 3 points, shared by the weights below
-    Case("test_nce_loss", "nce_values", "mean NCE loss with the log K shift (0-dim, dtype kept)", LOSS, weight=3),
-    Case("test_nce_loss", "nce_float64_stable", "float64 scores of size 80 stay finite and exact (F.logsigmoid)",
-         STABLE64),
+    Case("test_nce_loss", "nce_values", "mean NCE loss with the log K shift (0-dim)", LOSS, weight=3),
+    Case("test_nce_loss", "nce_float64_stable", "float64 scores of size 80 give the finite loss (F.logsigmoid)",
+         STABLE),
+    Case("test_nce_loss", "nce_dtype", "the scores' dtype kept (float32 or float64, float64 precision)", DTYPE,
+         weight=0.5, kind="rule", checks="dtype"),
     Case("test_nce_loss", "nce_rejects_no_negative", "a ValueError when there is no negative, K = 0 (given code)",
          expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
     # cosine_scores: the test cell's 2 points, shared by the weights below
@@ -72,27 +78,30 @@ CASES = [
          "a ValueError for per-sample losses, not 0-dim (given code)", expect_raises("ValueError"),
          weight=0, kind="given", checks="raises"),
     # n_pair_loss: the test cell's 1 point, shared by the weights below
-    Case("test_n_pair_loss", "n_pair_values", "mean N-pair loss (0-dim, dtype kept), equal to InfoNCE", LOSS,
+    Case("test_n_pair_loss", "n_pair_values", "mean N-pair loss (0-dim), equal to InfoNCE", LOSS,
          weight=2),
     Case("test_n_pair_loss", "n_pair_large_gaps", "stable for score gaps of 100 (log-sum-exp within each row)",
-         expect_same(rtol=1e-5, atol=1e-4)),
+         expect_same(rtol=1e-5, atol=1e-4, dtype=False)),
+    Case("test_n_pair_loss", "n_pair_dtype", "the scores' dtype kept (float32 or float64, float64 precision)", DTYPE,
+         weight=0.25, kind="rule", checks="dtype"),
 ]
 
 # The function each probe exercises: a case that is not a value case scores only once the MAIN value cases of the
 # SAME function pass (grader/judge.py's value_gates; tests/test_judge_gates.py checks the table).
 FUNCTIONS = {
     "info_nce_loss": ("info_nce_uniform", "info_nce_column0", "info_nce_positive_index", "info_nce_float64_stable",
-                      "info_nce_gradient", "info_nce_rejects_1d"),
-    "nce_loss": ("nce_values", "nce_float64_stable", "nce_rejects_no_negative"),
+                      "info_nce_gradient", "info_nce_rejects_1d", "info_nce_dtype"),
+    "nce_loss": ("nce_values", "nce_float64_stable", "nce_rejects_no_negative", "nce_dtype"),
     "cosine_scores": ("cosine_values", "cosine_scale_invariant", "cosine_rejects_batch_mismatch",
                       "cosine_rejects_bad_temperature"),
     "gaussian_mutual_information": ("gaussian_mi_values", "gaussian_mi_negative_rho", "gaussian_mi_rejects_rho_one"),
     "infonce_mi_lower_bound": ("mi_bound_values", "mi_bound_float64", "mi_bound_rejects_per_sample"),
-    "n_pair_loss": ("n_pair_values", "n_pair_large_gaps"),
+    "n_pair_loss": ("n_pair_values", "n_pair_large_gaps", "n_pair_dtype"),
 }
 
 # What each function computes on ordinary inputs: the value cases that gate its other cases. Edge-case values
-# (stability, large gaps, |rho| near 1) stand alone; the float64 precision of the bound is a rule, gated.
+# (stability, large gaps, |rho| near 1) stand alone; the dtypes kept and the float64 precision of the bound are
+# rules, gated.
 MAIN = {
     "info_nce_loss": ("info_nce_column0", "info_nce_positive_index"),
     "nce_loss": ("nce_values",),

@@ -23,8 +23,8 @@ import math
 
 import torch
 
-from grader.compare import (SIGMAS, as_dict, as_tensor, describe, expect_false, expect_raises, expect_same,
-                             global_states_moved)
+from grader.compare import (SIGMAS, as_dict, as_tensor, describe, expect_dtype_kept, expect_false, expect_raises,
+                             expect_same, global_states_moved)
 from grader.evidence import Raised
 from grader.cases import Case
 
@@ -352,8 +352,8 @@ def check_unchanged_input(got, ref) -> None:
 
 
 # =============================================================================== the cases
-LOSS = expect_same(rtol=1e-5, atol=1e-5)
-LOSS64 = expect_same(rtol=1e-9, atol=1e-9)
+# mlm_loss's values only: the dtype kept is its rule (mlm_loss_float64), so a dtype slip costs that share alone.
+LOSS = expect_same(rtol=1e-5, atol=1e-5, dtype=False)
 TABLE = expect_same(rtol=1e-4, atol=1e-4)
 PLL = expect_same(rtol=1e-4, atol=1e-3)
 EXACT = expect_same(rtol=0.0, atol=0.0)
@@ -378,8 +378,9 @@ CASES = [
          LOSS, weight=2),
     Case("test_mlm_loss", "mlm_loss_many_masks", "K masks [K, T] give [K] losses, one per mask (0 for an empty mask)",
          LOSS, weight=2),
-    Case("test_mlm_loss", "mlm_loss_float64", "keeps the dtype of log_probs (float64 in, float64 out)", LOSS64,
-         weight=0.5, kind="rule", checks="dtype"),
+    Case("test_mlm_loss", "mlm_loss_float64",
+         "keeps the dtype of log_probs (float64 in, float64 out with its precision; float32 in, float32 out)",
+         expect_dtype_kept(rtol64=1e-9), weight=0.5, kind="rule", checks="dtype"),
     Case("test_mlm_loss", "mlm_loss_unselected_inf", "an unselected position contributes exactly zero, even at -inf",
          LOSS),
     # masked_copies: the test cell's 1 point, shared by the weights below

@@ -207,7 +207,9 @@ CASES = [
          "(total, non_embedding) from a config: embeddings and unembedding excluded, a tied matrix once "
          "(Python ints)", check_counts, weight=3),
     Case("test_count_parameters", "count_model", "the same counts from a model", check_counts, weight=2),
-    Case("test_count_parameters", "count_pythia_config", "a Pythia configuration (meta device, no weights)",
+    Case("test_count_parameters", "count_pythia_config",
+         "a configuration of Pythia's architecture in sizes of its own, up to billions of parameters (meta device, "
+         "no weights)",
          check_counts),
     Case("test_count_parameters", "count_rejects_non_model", "a TypeError for anything that is neither a model nor "
          "a config", expect_raises("TypeError", "ValueError"), requires=("count_config", "count_model"), kind="rule",

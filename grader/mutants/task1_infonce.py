@@ -31,7 +31,7 @@ MUTANTS = [
            visible=True, case="info_nce_uniform"),
     Mutant(cell="info_nce_loss", name="returns float32 whatever the input dtype",
            find=_INFO_RET, replace="return (torch.logsumexp(scores, dim=1) - positive).float().mean()",
-           visible=True, case="info_nce_float64_stable"),
+           visible=True, case="info_nce_dtype"),
     Mutant(cell="info_nce_loss", name="log-sum-exp shifted by the batch's largest score, not each row's",
            find=_INFO_RET,
            replace=("top = scores.max()\n"
@@ -68,7 +68,7 @@ MUTANTS = [
            find="k = scores.shape[1] - 1", replace="k = scores.shape[1]", visible=True, case="nce_values"),
     Mutant(cell="nce_loss", name="returns float32 whatever the input dtype",
            find="return -(positive + negatives).mean()", replace="return -(positive + negatives).float().mean()",
-           visible=True, case="nce_float64_stable"),
+           visible=True, case="nce_dtype"),
     # ------------------------------------------------------------------ cosine_scores
     Mutant(cell="cosine_scores", name="candidates not normalised",
            find="c = F.normalize(candidates, dim=-1)", replace="c = candidates", visible=True, case="cosine_values"),
@@ -141,5 +141,8 @@ MUTANTS = [
            replace="diffs = negative_scores - positive_scores.mean()", visible=True, case="n_pair_values"),
     Mutant(cell="n_pair_loss", name="returns float32 whatever the input dtype",
            find=_NPAIR_RET, replace="return torch.logsumexp(torch.cat([zeros, diffs], dim=1), dim=1).float().mean()",
-           visible=True, case="n_pair_values"),
+           visible=True, case="n_pair_dtype"),
+    Mutant(cell="info_nce_loss", name="returns float64 whatever the input dtype",
+           find=_INFO_RET, replace="return (torch.logsumexp(scores, dim=1) - positive).double().mean()",
+           case="info_nce_dtype"),
 ]

@@ -320,4 +320,7 @@ MUTANTS = [
            find=_BM_SELECT, replace="selected = ((~special).flatten().cumsum(0).view(ids.shape) <= q * int((~special).sum()))"
                                     ".to(ids.device) & ~special",
            visible=True, case="bert_mask_selection"),
+    Mutant(cell="mlm_loss", name="always returns float64",
+           find=_ML_NLL, replace="token_nll = -log_probs.double().gather(1, targets.long().view(-1, 1)).squeeze(1)  # [T]",
+           case="mlm_loss_float64"),
 ]

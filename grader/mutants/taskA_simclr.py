@@ -353,4 +353,8 @@ MUTANTS = [
            visible=True, case="knn_values"),
     Mutant(cell="knn_accuracy", name="keeps the last chunk's predictions only (= instead of append)",
            find=_KN_PRED, replace="predicted = [votes.argmax(dim=1).cpu()]", visible=True, case="knn_chunked"),
+    Mutant(cell="nt_xent_loss_loop", name="returns float32 whatever the input dtype",
+           find=_NL_RET, replace="return (total / (2 * n)).float()", case="nt_xent_loop_float64"),
+    Mutant(cell="nt_xent_loss", name="returns float32 whatever the input dtype",
+           find=_NT_RET, replace="return F.cross_entropy(logits, partner).float()", case="nt_xent_float64"),
 ]

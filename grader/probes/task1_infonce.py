@@ -63,6 +63,13 @@ def info_nce_rejects_1d(ns, gen):
     return ns.info_nce_loss(torch.randn(5, generator=gen))
 
 
+@probe()
+def info_nce_dtype(ns, gen):
+    """float32 and float64 scores of ordinary size: the loss comes back in the scores' dtype."""
+    return [attempt(ns.info_nce_loss, torch.randn(6, 9, generator=gen, dtype=dtype) * 3)
+            for dtype in (torch.float32, torch.float64)]
+
+
 # ------------------------------------------------------------------------------ nce_loss
 @probe()
 def nce_values(ns, gen):
@@ -81,6 +88,13 @@ def nce_float64_stable(ns, gen):
 @probe()
 def nce_rejects_no_negative(ns, gen):
     return ns.nce_loss(torch.randn(3, 1, generator=gen))
+
+
+@probe()
+def nce_dtype(ns, gen):
+    """float32 and float64 scores of ordinary size: the loss comes back in the scores' dtype."""
+    return [attempt(ns.nce_loss, torch.randn(6, 9, generator=gen, dtype=dtype) * 2)
+            for dtype in (torch.float32, torch.float64)]
 
 
 # ------------------------------------------------------------------------------ cosine_scores
@@ -168,3 +182,10 @@ def n_pair_large_gaps(ns, gen):
     pos = torch.tensor([-60.0, 0.0, 3.0]) + torch.randn(3, generator=gen)
     neg = torch.tensor([[60.0, 0.0], [1.0, 2.0], [-40.0, 50.0]])
     return ns.n_pair_loss(pos, neg)
+
+
+@probe()
+def n_pair_dtype(ns, gen):
+    """float32 and float64 scores of ordinary size: the loss comes back in the scores' dtype."""
+    return [attempt(ns.n_pair_loss, torch.randn(6, generator=gen, dtype=dtype),
+                    torch.randn(6, 5, generator=gen, dtype=dtype)) for dtype in (torch.float32, torch.float64)]

@@ -114,10 +114,12 @@ def mlm_loss_many_masks(ns, gen):
 
 @probe()
 def mlm_loss_float64(ns, gen):
+    """float64 log-probabilities (one mask and three), then float32 ones: each loss in its table's dtype."""
     t, v = _size(gen, 6, 12), 7
     lp, x = _table(gen, t, v, torch.float64), torch.randint(v, (t,), generator=gen)
     return [ns.mlm_loss(lp, x, torch.rand(t, generator=gen) < 0.5),
-            ns.mlm_loss(lp, x, torch.rand(3, t, generator=gen) < 0.5)]
+            ns.mlm_loss(lp, x, torch.rand(3, t, generator=gen) < 0.5),
+            ns.mlm_loss(lp.float(), x, torch.rand(t, generator=gen) < 0.5)]
 
 
 @probe()
@@ -355,59 +357,104 @@ def _random_joint(gen, na, nb):
     return joint / joint.sum()
 
 
+def _joint_pair(gen, compatible: bool = True):
+    """The conditionals of one joint of a drawn shape (square or not), or (``compatible=False``) p(a|b) of one
+    joint with p(b|a) of another; float64 or float32, drawn."""
+    na, nb = _size(gen, 2, 5), _size(gen, 2, 5)
+    pa, pb = _conditionals_of(_random_joint(gen, na, nb))
+    if not compatible:
+        pb = _conditionals_of(_random_joint(gen, na, nb))[1]
+    return (pa, pb) if _size(gen, 0, 1) else (pa.float(), pb.float())
+
+
+def _in_seeded_order(ns, gen, makers: list, calls: int) -> list:
+    """Calls of conditionals_compatible on pairs from ``makers`` (each ``gen -> (args, kwargs)``): every maker
+    once and the rest drawn among them, ``calls`` in all, in an order drawn from ``gen``, one pair asked twice at
+    two places. True and False answers are interleaved by the draw, so an answer that ignores its inputs (a
+    call counter, a fixed pattern, the dtype, the shape) gets a fixed sequence right with odds of about 2^-calls."""
+    chosen = list(makers) + [makers[_size(gen, 0, len(makers) - 1)] for _ in range(calls - 1 - len(makers))]
+    pairs = [make(gen) for make in chosen]
+    pairs = [pairs[i] for i in torch.randperm(len(pairs), generator=gen).tolist()]
+    pairs.insert(_size(gen, 0, len(pairs)), pairs[_size(gen, 0, len(pairs) - 1)])
+    return [attempt(ns.conditionals_compatible, *args, **kwargs) for args, kwargs in pairs]
+
+
 @probe()
 def compatible_joints(ns, gen):
-    out = []
-    for na, nb in [(2, 2), (_size(gen, 3, 5), _size(gen, 2, 6))]:
-        pa, pb = _conditionals_of(_random_joint(gen, na, nb))
-        out += [attempt(ns.conditionals_compatible, pa, pb), attempt(ns.conditionals_compatible, pa.float(), pb.float())]
-    # among them one pair from two different joints (False), so that a constant answer fails
-    other = _conditionals_of(_random_joint(gen, 3, 4))[0]
-    out.insert(_size(gen, 0, len(out)), attempt(ns.conditionals_compatible, other, _conditionals_of(_random_joint(gen, 3, 4))[1]))
-    return out
+    """The conditionals of joints (True) among pairs of two different joints (False)."""
+    return _in_seeded_order(ns, gen, [lambda g: (_joint_pair(g), {}), lambda g: (_joint_pair(g, False), {})], 16)
+
+
+def _column_redrawn(gen):
+    """One column of a joint's p(a|b) redrawn: False."""
+    pa, pb = _joint_pair(gen)
+    bad = pa.double().clone()
+    bad[:, 0] = torch.rand(pa.shape[0], generator=gen, dtype=torch.float64) + 0.05
+    bad[:, 0] /= bad[:, 0].sum()
+    return (bad.to(pa.dtype), pb), {}
+
+
+def _two_random_tables(gen):
+    """Random conditionals that come from no joint: False."""
+    na, nb = _size(gen, 2, 5), _size(gen, 2, 5)
+    pa, pb = torch.rand(2, na, nb, generator=gen, dtype=torch.float64) + 0.05
+    return (pa / pa.sum(0, keepdim=True), pb / pb.sum(1, keepdim=True)), {}
+
+
+def _independent_b(gen, a_depends_on_b: bool):
+    """The sheet's pattern: p(b|a) uniform (b independent of a) against a p(a|b) that depends on b (False), or
+    that does not (True: the product of the marginals)."""
+    n = _size(gen, 2, 4)
+    pa = torch.rand(n, n if a_depends_on_b else 1, generator=gen, dtype=torch.float64) + 0.1
+    pa = (pa / pa.sum(0, keepdim=True)).expand(n, n).clone()
+    return (pa, torch.full((n, n), 1.0 / n, dtype=torch.float64)), {}
 
 
 @probe()
 def incompatible_tables(ns, gen):
-    out = []
-    for na, nb in [(2, 2), (_size(gen, 3, 5), _size(gen, 2, 6))]:
-        pa, pb = _conditionals_of(_random_joint(gen, na, nb))
-        bad = pa.clone()  # one column of p(a|b) redrawn
-        bad[:, 0] = torch.rand(na, generator=gen, dtype=torch.float64) + 0.05
-        bad[:, 0] /= bad[:, 0].sum()
-        out.append(attempt(ns.conditionals_compatible, bad, pb))
-        pa2, pb2 = torch.rand(2, na, nb, generator=gen, dtype=torch.float64) + 0.05
-        out.append(attempt(ns.conditionals_compatible, pa2 / pa2.sum(0, keepdim=True), pb2 / pb2.sum(1, keepdim=True)))
-    # the sheet's pattern: p(b|a) says b is independent of a, p(a|b) depends on b
-    n = _size(gen, 2, 4)
-    pa = torch.rand(n, n, generator=gen, dtype=torch.float64) + 0.1
-    out.append(attempt(ns.conditionals_compatible, pa / pa.sum(0, keepdim=True), torch.full((n, n), 1.0 / n)))
-    # and the same with p(a|b) independent of b too: compatible
-    col = torch.rand(n, 1, generator=gen, dtype=torch.float64) + 0.1
-    out.append(attempt(ns.conditionals_compatible, (col / col.sum()).expand(n, n).clone(), torch.full((n, n), 1.0 / n)))
-    return out
+    """Conditionals from no joint (False) among conditionals of joints (True)."""
+    return _in_seeded_order(ns, gen, [_column_redrawn, _two_random_tables, lambda g: _independent_b(g, True),
+                                      lambda g: _independent_b(g, False), lambda g: (_joint_pair(g), {})], 16)
 
 
-@probe()
-def compatible_zeros(ns, gen):
+def _blocks_with_zeros(gen, same_support: bool):
+    """The conditionals of a joint with a zero and two disconnected blocks (True), or with p(b|a) > 0 where
+    p(a|b) = 0 (False); rows and columns in a drawn order."""
     joint = torch.zeros(4, 5, dtype=torch.float64)
     joint[:2, :3] = torch.rand(2, 3, generator=gen, dtype=torch.float64) + 0.1
     joint[2:, 3:] = torch.rand(2, 2, generator=gen, dtype=torch.float64) + 0.1
     joint[0, 1] = 0.0
     pa, pb = _conditionals_of(joint / joint.sum())
-    other = pb.clone()  # p(b|a) > 0 where p(a|b) = 0
-    other[0, 1], other[0, 0] = pb[0, 0] / 2, pb[0, 0] / 2
-    return [attempt(ns.conditionals_compatible, pa, pb), attempt(ns.conditionals_compatible, pa, other)]
+    if not same_support:
+        pb = pb.clone()
+        pb[0, 1], pb[0, 0] = pb[0, 0] / 2, pb[0, 0] / 2
+    rows, cols = torch.randperm(4, generator=gen), torch.randperm(5, generator=gen)
+    return (pa[rows][:, cols], pb[rows][:, cols]), {}
+
+
+@probe()
+def compatible_zeros(ns, gen):
+    return _in_seeded_order(ns, gen, [lambda g: _blocks_with_zeros(g, True), lambda g: _blocks_with_zeros(g, False)],
+                            16)
+
+
+def _noisy_or_exact(gen, noisy: bool, atol: float):
+    """A joint's p(a|b) off by up to 0.1 % (compatible within atol = 0.05, not within 1e-6), or exact."""
+    joint = torch.rand(3, 4, generator=gen, dtype=torch.float64) + 0.2
+    pa, pb = _conditionals_of(joint / joint.sum())
+    if noisy:
+        pa = pa * (1 + 2e-3 * (torch.rand(3, 4, generator=gen, dtype=torch.float64) - 0.5))
+        pa = pa / pa.sum(0, keepdim=True)
+    return (pa, pb), {"atol": atol}
 
 
 @probe()
 def compatible_atol(ns, gen):
-    joint = torch.rand(3, 4, generator=gen, dtype=torch.float64) + 0.2
-    pa, pb = _conditionals_of(joint / joint.sum())
-    noisy = pa * (1 + 2e-3 * (torch.rand(3, 4, generator=gen, dtype=torch.float64) - 0.5))
-    noisy = noisy / noisy.sum(0, keepdim=True)
-    return [attempt(ns.conditionals_compatible, noisy, pb, atol=0.05),
-            attempt(ns.conditionals_compatible, noisy, pb, atol=1e-6)]
+    """Noisy conditionals within a loose atol (True) and a tight one (False), among exact ones with a tight atol
+    (True) and different supports with a loose one (False): the atol alone does not tell the answer."""
+    return _in_seeded_order(ns, gen, [lambda g: _noisy_or_exact(g, True, 0.05), lambda g: _noisy_or_exact(g, True, 1e-6),
+                                      lambda g: _noisy_or_exact(g, False, 1e-6),
+                                      lambda g: (_blocks_with_zeros(g, False)[0], {"atol": 0.05})], 16)
 
 
 @probe()

@@ -126,9 +126,22 @@ def count_model(ns, gen):
 
 @probe()
 def count_pythia_config(ns, gen):
-    from utils.scaling import pythia_config
+    """A configuration of Pythia's architecture (its shared fields, intermediate_size = 4 x width) with drawn
+    sizes of up to about 3 B parameters and a width no Pythia model has: only the meta device makes it cheap,
+    and no table of the published counts answers it."""
+    from utils.scaling import PYTHIA_SIZES, pythia_config
 
-    return ns.count_parameters(pythia_config(_choice(gen, ["160m", "410m", "1b"])))
+    widths = {pythia_config(size).hidden_size for size in PYTHIA_SIZES}
+    config = pythia_config(_choice(gen, ["160m", "410m", "1b"]))
+    while True:
+        heads = _int(gen, 4, 25)
+        width = heads * _choice(gen, [48, 80, 96, 112, 128])
+        if width not in widths:
+            break
+    config.hidden_size, config.num_attention_heads, config.intermediate_size = width, heads, 4 * width
+    config.num_hidden_layers = _int(gen, 2, 25)
+    config.vocab_size = _choice(gen, [50304, 50432, 50688])
+    return ns.count_parameters(config)
 
 
 @probe()
