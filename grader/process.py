@@ -21,8 +21,10 @@ module is imported, before any student code runs, so a notebook that replaces th
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -31,6 +33,7 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 _dumps = json.dumps
 _write, _read, _fork, _close = os.write, os.read, os.fork, os.close
@@ -69,8 +72,6 @@ class Limits:
         return cls(**{key: data.get(key) for key in ("mem_bytes", "fsize_bytes", "nproc")})
 
     def apply(self) -> None:
-        import resource
-
         if self.mem_bytes:
             # RLIMIT_DATA counts heap and private anonymous mappings (every tensor and array) but not the
             # shared libraries torch maps, so it caps real memory without breaking imports; the address
@@ -103,8 +104,6 @@ def kill_namespace() -> None:
 
 def protect_parent() -> None:
     try:
-        import ctypes
-
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE 0: no /proc/<pid>/mem, no ptrace from children
         libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG: die with the grader
@@ -157,8 +156,6 @@ def default_signals() -> None:
 def private_sys_path() -> None:
     """No working folder on ``sys.path``: a notebook that writes ``sqlite3.py`` (or ``json.py``) into its
     folder must not replace the standard library for the grader or for the notebooks after it."""
-    from pathlib import Path
-
     root = str(Path(__file__).resolve().parents[1])
     here = os.getcwd()
     sys.path[:] = [p for p in sys.path if p not in ("", ".") and (p != here or p == root)]
@@ -174,10 +171,10 @@ def send_record(fd: int, record: dict) -> None:
 def single_thread() -> None:
     """In a forked process: one intra-op thread. An OpenMP pool the parent started (a student's
     top-level torch code with several threads) does not survive fork(); using it would hang."""
+    torch = sys.modules.get("torch")   # not loaded: no thread pool to leave
     try:
-        import torch
-
-        torch.set_num_threads(1)
+        if torch is not None:
+            torch.set_num_threads(1)
     except Exception:  # noqa: BLE001
         pass
 

@@ -51,6 +51,11 @@ import signal
 import sys
 import time
 
+from IPython.core.displayhook import DisplayHook
+from IPython.core.displaypub import DisplayPublisher
+from IPython.core.interactiveshell import InteractiveShell
+
+from utils.answer_loader import run_definitions
 from . import probe, process
 
 #: Imported once per session, before any notebook: what every notebook's setup cell and graded code use
@@ -123,10 +128,6 @@ class _Capture(io.TextIOBase):
 
 def _shell(names: dict, outputs_of):
     """An IPython shell on ``names`` whose display, results and tracebacks land in ``outputs_of()``."""
-    from IPython.core.displayhook import DisplayHook
-    from IPython.core.displaypub import DisplayPublisher
-    from IPython.core.interactiveshell import InteractiveShell
-
     class Publisher(DisplayPublisher):
         def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
             if len(outputs_of()) < 200:
@@ -207,8 +208,6 @@ def _full_run_child(order_fd: int, names: dict, write_fd: int, max_lines: int) -
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         current: list = []
-        from utils.answer_loader import run_definitions
-
         shell = _shell(names, lambda: current)
         sys.stdout, sys.stderr = _Capture(current, "stdout"), _Capture(current, "stderr")
         buf = bytearray()
@@ -438,9 +437,7 @@ def run_session(plan: dict, emit) -> None:
     process.ignore_signals()   # the libraries' own handlers (a handler would let a signal reach pid 1)
     threads = int(plan.get("threads") or 1)
     try:
-        import torch
-
-        torch.set_num_threads(max(1, threads))
+        sys.modules["torch"].set_num_threads(max(1, threads))   # imported above (PREIMPORT)
     except Exception:  # noqa: BLE001
         pass
     emit({"kind": "ready", "seconds": round(time.monotonic() - started, 3)})   # the imports, once per student
