@@ -139,11 +139,12 @@ def test_the_tables_are_derived_from_the_cases():
     def equal(got, ref):
         assert got == ref
 
-    cases = [Case("test_f", "f_shape", "shape", equal, kind="property"), Case("test_f", "f_values", "v", equal, main=True),
+    cases = [Case("test_f", "f_shape", "shape", equal, kind="property"),
+             Case("test_f", "f_values", "values", equal, main=True),
              Case("test_f", "f_values", "one pass", equal, kind="property"),
-             Case("test_two", "g_values", "v", equal, function="g", main=True),
-             Case("test_two", "h_values", "v", equal, function="h"), Case("test_both", "both_shape", "shape", equal,
-                                                                          kind="property", function="both")]
+             Case("test_two", "g_values", "values", equal, function="g", main=True),
+             Case("test_two", "h_values", "values", equal, function="h"),
+             Case("test_both", "both_shape", "shape", equal, kind="property", function="both")]
     functions, main = function_tables(cases, borrows={"both": ("g", "f")})
     assert list(functions.items()) == [("f", ("f_shape", "f_values")), ("g", ("g_values",)), ("h", ("h_values",)),
                                        ("both", ("both_shape",))]
