@@ -45,31 +45,8 @@ from .evidence import MAX_CASE_BYTES, encode, raised
 from .process import (RecordReader, close_inherited, default_signals, kill_process, read_child, send_record,
                       serve, single_thread)
 
-DEFAULT_TIMEOUT = 60.0
 
-
-# --------------------------------------------------------------------------- probe registry
-class Probe:
-    """One named case: ``fn(ns, gen)`` builds inputs from the torch.Generator ``gen``, calls the
-    student's functions through ``ns`` and returns what they gave (the judge compares it)."""
-
-    def __init__(self, name: str, fn, timeout: float):
-        self.name, self.fn, self.timeout = name, fn, timeout
-
-
-def probes(registry: dict):
-    """Decorator factory for a probe module: ``probe = probes(PROBES)``, then ``@probe()``."""
-    def probe(timeout: float = DEFAULT_TIMEOUT, name: str | None = None):
-        def wrap(fn):
-            key = name or fn.__name__
-            if key in registry:
-                raise ValueError(f"probe {key!r} defined twice")
-            registry[key] = Probe(key, fn, timeout)
-            return fn
-        return wrap
-    return probe
-
-
+# --------------------------------------------------------------------------- the notebook's names
 class Namespace:
     """Attribute access to the notebook's names, with a message a student can act on."""
 
@@ -88,14 +65,6 @@ class Namespace:
         unparsed = [n["why"] for n in notes if isinstance(n, dict) and n.get("kind") == "syntax"]
         hint = f" ({unparsed[0]})" if unparsed else ""
         raise NameError(because or f"{item} is not defined: keep the name and signature the task gives{hint}")
-
-
-def attempt(fn, *args, **kwargs):
-    """Call ``fn``; return its value, or the :class:`grader.evidence.Raised` record of its exception."""
-    try:
-        return fn(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - the exception is the evidence
-        return raised(exc)
 
 
 def case_seed(seed: int, case: str) -> int:

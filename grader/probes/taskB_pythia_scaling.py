@@ -13,7 +13,7 @@ import math
 import numpy as np
 import torch
 
-from grader.probe import attempt, probes
+from grader.probes import attempt, probes
 
 PROBES: dict = {}
 probe = probes(PROBES)
