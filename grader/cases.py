@@ -15,7 +15,9 @@ class Case:
     ``says`` is the requirement in the words of the task text, shown in the feedback. ``kind`` says
     what the case checks (:data:`CASE_KINDS`); a "rule" or "given" case that checks an interface
     convention names it in ``checks`` (:data:`RULE_CHECKS`), so that the accounting can tell what the
-    core's rule points buy (``python -m grader tiers``)."""
+    core's rule points buy (``python -m grader tiers``). ``function`` is the graded function the case
+    exercises (default: its test cell's, ``test_f`` -> ``f``); ``main=True`` marks a value case of what
+    that function computes on ordinary inputs, which gates the function's other cases (:func:`function_tables`)."""
 
     cell: str
     probe: str
@@ -25,11 +27,17 @@ class Case:
     requires: tuple = ()   # further probes that must pass for this case to score
     kind: str = "value"    # see CASE_KINDS; a check that expects an error is a "rule" whatever it says
     checks: str = ""       # for a "rule" (or a "given" check of one): one of RULE_CHECKS
+    function: str = ""     # default: the test cell's function
+    main: bool = False     # a main value case of its function
+
+    def __post_init__(self):
+        if not self.function:
+            object.__setattr__(self, "function", self.cell.removeprefix("test_"))
 
 
 #: What a case checks. Only "value" cases stand on their own; every other kind scores only when the
-#: MAIN value cases of its function pass (``MAIN`` of the checks module: what the function computes on
-#: ordinary inputs; ``FUNCTIONS`` says which function each probe exercises), so an answer that computes
+#: main value cases of its function pass (``main=True``: what the function computes on ordinary inputs;
+#: ``MAIN`` and ``FUNCTIONS`` of the checks module, :func:`function_tables`), so an answer that computes
 #: nothing right earns nothing for its shape, its identities, its generator use or its error messages,
 #: while an edge-case value (stability, a degenerate input) that fails costs its own share only.
 #: "value": what the function computes (an edge case, a numerical-stability or degenerate input
@@ -71,3 +79,27 @@ def rule_check(case: Case) -> str:
     if case.checks:
         return case.checks
     return "raises" if getattr(case.check, "expects_error", False) else ""
+
+
+def function_tables(cases, borrows: dict | None = None) -> tuple[dict, dict]:
+    """``FUNCTIONS`` and ``MAIN`` of a checks module, derived from its ``cases`` in their order: function ->
+    the probes of its cases, and function -> the probes of its main value cases (``main=True``), for the
+    functions that have some. ``borrows`` (function -> functions) gives given code built on other functions
+    (Task A's augment_batch) their main cases, after its own."""
+    functions: dict[str, list[str]] = {}
+    main: dict[str, list[str]] = {}
+    owner: dict[str, str] = {}
+    for case in cases:
+        if owner.setdefault(case.probe, case.function) != case.function:
+            raise ValueError(f"{case.probe}: a case of {owner[case.probe]} and of {case.function}")
+        if case.main and case_kind(case) != "value":
+            raise ValueError(f"{case.probe}: main=True on a {case_kind(case)} case (a main case is a value case)")
+        probes = functions.setdefault(case.function, [])
+        if case.probe not in probes:
+            probes.append(case.probe)
+        if case.main and case.probe not in main.setdefault(case.function, []):
+            main[case.function].append(case.probe)
+    for fn, others in (borrows or {}).items():
+        main.setdefault(fn, []).extend(p for other in others for p in main[other])
+    return ({fn: tuple(probes) for fn, probes in functions.items()},
+            {fn: tuple(main[fn]) for fn in functions if main.get(fn)})

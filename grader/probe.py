@@ -34,45 +34,26 @@ What the judge runs is what the student ran:
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import json
 import os
+import random
 import signal
 import sys
 import time
 import types
 from pathlib import Path
 
+from utils.answer_loader import (describe, explain_name_error, not_run_entry, run_definitions, run_statement,
+                                 statements, strip_magics)
 from .evidence import MAX_CASE_BYTES, encode, raised
 from .process import (RecordReader, close_inherited, default_signals, kill_process, read_child, send_record,
                       serve, single_thread)
 
-DEFAULT_TIMEOUT = 60.0
 
-
-# --------------------------------------------------------------------------- probe registry
-class Probe:
-    """One named case: ``fn(ns, gen)`` builds inputs from the torch.Generator ``gen``, calls the
-    student's functions through ``ns`` and returns what they gave (the judge compares it)."""
-
-    def __init__(self, name: str, fn, timeout: float):
-        self.name, self.fn, self.timeout = name, fn, timeout
-
-
-def probes(registry: dict):
-    """Decorator factory for a probe module: ``probe = probes(PROBES)``, then ``@probe()``."""
-    def probe(timeout: float = DEFAULT_TIMEOUT, name: str | None = None):
-        def wrap(fn):
-            key = name or fn.__name__
-            if key in registry:
-                raise ValueError(f"probe {key!r} defined twice")
-            registry[key] = Probe(key, fn, timeout)
-            return fn
-        return wrap
-    return probe
-
-
+# --------------------------------------------------------------------------- the notebook's names
 class Namespace:
     """Attribute access to the notebook's names, with a message a student can act on."""
 
@@ -84,21 +65,11 @@ class Namespace:
         names = object.__getattribute__(self, "_names")
         if item in names:
             return names[item]
-        from utils.answer_loader import explain_name_error
-
         notes = object.__getattribute__(self, "_notes")
         because = explain_name_error(f"name '{item}' is not defined", notes)
         unparsed = [n["why"] for n in notes if isinstance(n, dict) and n.get("kind") == "syntax"]
         hint = f" ({unparsed[0]})" if unparsed else ""
         raise NameError(because or f"{item} is not defined: keep the name and signature the task gives{hint}")
-
-
-def attempt(fn, *args, **kwargs):
-    """Call ``fn``; return its value, or the :class:`grader.evidence.Raised` record of its exception."""
-    try:
-        return fn(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - the exception is the evidence
-        return raised(exc)
 
 
 def case_seed(seed: int, case: str) -> int:
@@ -137,8 +108,6 @@ FAST_FAIL = 5.0         # after a case of a test cell timed out, its other cases
 def run_trusted(cells: list[dict], names: dict) -> list[str]:
     """The release's parameters and setup cells in full, and its given cells' definitions: course
     code, run once in the parent before any student code."""
-    from utils.answer_loader import run_definitions, strip_magics
-
     notes = []
     for cell in cells:
         if cell["role"] == "parameters":
@@ -156,11 +125,7 @@ def run_trusted(cells: list[dict], names: dict) -> list[str]:
 def _run_probe(probe, names: dict, not_run: list, seed: int):
     """Seed torch, NumPy and ``random`` with the case's seed and run the probe on the loaded notebook;
     its value, or the Raised record of what it raised."""
-    import random
-
-    import numpy as np
-    import torch
-
+    torch, np = sys.modules["torch"], sys.modules["numpy"]   # loaded with the probes (grader/probes/__init__.py)
     torch.manual_seed(seed)
     np.random.seed(seed % (2 ** 32))
     random.seed(seed)
@@ -200,8 +165,6 @@ def _loader(cells: list[dict], names: dict, cases: list, seeds: dict, timeouts: 
             except (AttributeError, ValueError, OSError):
                 pass
         single_thread()
-        from utils.answer_loader import not_run_entry, run_statement, statements
-
         stmts, not_run = [], []
         for cell in cells:
             found, problem = statements(cell["source"], cell["id"])
@@ -402,10 +365,6 @@ def fresh_names() -> dict:
 def given_definitions(cells: list[dict]) -> set[str]:
     """The functions and classes the course's given cells define (top-level ``def`` and ``class``): what a
     student's cell may not replace for the judge."""
-    import ast
-
-    from utils.answer_loader import strip_magics
-
     found = set()
     for cell in cells:
         if cell.get("role") != "given":
@@ -429,10 +388,8 @@ def judge_variants(plan: dict, names: dict, setup_notes: list, emit) -> None:
     names.setdefault("display", lambda *args, **kwargs: None)  # IPython's display(), a no-op out of a kernel
     threads = int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
     try:
-        import torch
-
-        torch.set_num_threads(max(1, threads))
-    except Exception:  # noqa: BLE001
+        sys.modules["torch"].set_num_threads(max(1, threads))
+    except Exception:  # noqa: BLE001 - a notebook without torch
         pass
     cap = float(plan.get("case_timeout") or 0) or None
     groups = {k: str(v) for k, v in (plan.get("groups") or {}).items()}
@@ -450,8 +407,6 @@ def judge_variants(plan: dict, names: dict, setup_notes: list, emit) -> None:
                 student, names, cases, seeds, case_timeout=cap, groups=groups,
                 budget=float(plan.get("budget") or 1800.0), load_seconds=float(plan.get("load_seconds") or 60.0),
                 statement_seconds=float(plan.get("statement_seconds") or 30.0), isolate=isolate, given=given)
-            from utils.answer_loader import describe
-
             not_run = info["not_run"]
             emit({"kind": "header", "variant": variant, "seed": label, "not_run": not_run,
                   "dropped": [describe(e) for e in not_run if all(k in e for k in ("line", "cell", "text", "why"))],

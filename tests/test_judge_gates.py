@@ -129,6 +129,32 @@ def test_the_gate_scan_catches_a_planted_table():
         ["f: main case f_shape is no value case", "g: main case f_values belongs to f"]
 
 
+def test_the_tables_are_derived_from_the_cases():
+    """FUNCTIONS and MAIN come from the cases, in their order: a case's function is its test cell's unless it names
+    one, a probe read by several cases is listed once, ``main=True`` marks the main value cases, and given code
+    borrows the main cases of the functions it is built on. A probe of two functions, or a main case that is no
+    value case, is refused."""
+    from grader.cases import Case, function_tables
+
+    def equal(got, ref):
+        assert got == ref
+
+    cases = [Case("test_f", "f_shape", "shape", equal, kind="property"),
+             Case("test_f", "f_values", "values", equal, main=True),
+             Case("test_f", "f_values", "one pass", equal, kind="property"),
+             Case("test_two", "g_values", "values", equal, function="g", main=True),
+             Case("test_two", "h_values", "values", equal, function="h"),
+             Case("test_both", "both_shape", "shape", equal, kind="property", function="both")]
+    functions, main = function_tables(cases, borrows={"both": ("g", "f")})
+    assert list(functions.items()) == [("f", ("f_shape", "f_values")), ("g", ("g_values",)), ("h", ("h_values",)),
+                                       ("both", ("both_shape",))]
+    assert list(main.items()) == [("f", ("f_values",)), ("g", ("g_values",)), ("both", ("g_values", "f_values"))]
+    with pytest.raises(ValueError, match="f_values: a case of f and of g"):
+        function_tables(cases + [Case("test_g", "f_values", "v", equal)])
+    with pytest.raises(ValueError, match="main=True on a property case"):
+        function_tables([Case("test_f", "f_shape", "shape", equal, kind="property", main=True)])
+
+
 def test_the_gate_is_derived_and_can_fail(monkeypatch):
     """A property case of a function whose value case fails scores nothing, without any ``requires``."""
     import types
@@ -444,27 +470,17 @@ def test_bert_mask_from_its_own_generator_or_the_global_one_loses_points(tmp_pat
 
 
 # ------------------------------------------------------------------------------ edge-case bugs and hollow answers
-#: Per notebook, mutants (grader/mutants/<stem>.py) whose one bug is an edge case: each loses its own case's
-#: share and nothing more (issue "Fair to the last point", item 1: the first three notebooks' are its examples).
-#: The bonus's is a rule (an input form, issue #50): a rule's bug, too, costs its own share only.
-EDGE_MUTANTS = {
-    "task1_infonce": ("log-sum-exp shifted by the batch's largest score, not each row's",
-                      "log-sum-exp shifted by the largest negative score, not the row's largest"),
-    "task2_pseudo_likelihood": ("80/10/10 assigned in reading order (first 80 % of the selected [MASK], then random, "
-                                "then unchanged)",),
-    "taskA_simclr": ("a box that does not fit is clipped to the image, not drawn again",),
-    "taskB_pythia_scaling": ("level ignored (always 0.95)",),
-    "bonus_masked_pretraining_bayes": ("a single x gives shape (1,), not a 0-d tensor",),
-}
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("stem", sorted(EDGE_MUTANTS))
+@pytest.mark.parametrize("stem", STEMS)
 def test_a_solution_with_one_edge_case_bug_loses_exactly_that_cases_share(stem, tmp_path):
+    """The mutants of grader/mutants/<stem>.py marked ``edge=True``, whose one bug is an edge case, each lose their
+    own case's share and nothing more (issue "Fair to the last point", item 1). The bonus's is a rule (an input
+    form, issue #50): a rule's bug, too, costs its own share only."""
     from grader.mutants import load as load_mutants
 
-    mutants = {m.name: m for m in load_mutants(stem)}
-    _loses_exactly_its_case(stem, [mutants[name] for name in EDGE_MUTANTS[stem]], tmp_path)
+    edge = [m for m in load_mutants(stem) if m.edge]
+    assert edge, f"grader/mutants/{stem}.py marks no mutant edge=True"
+    _loses_exactly_its_case(stem, edge, tmp_path)
 
 
 #: Per notebook, mutants (grader/mutants/<stem>.py: answer cell, name) whose one bug is a dtype: each loses its

@@ -29,7 +29,7 @@ from scipy.stats import multivariate_normal
 from grader.compare import (SE_RATIO_RANGE, as_numpy64, as_returned, as_scalar_float, describe, expect_raises,
                             expect_same, global_states_moved)
 from grader.evidence import Raised
-from grader.cases import Case
+from grader.cases import Case, function_tables
 
 DTYPE = torch.float64
 
@@ -311,7 +311,7 @@ CASES = [
     # ppca_log_marginal: the test cell's 2 points, shared by the weights below
     Case("test_ppca_log_marginal", "lm_batch",
          "log p(x) = log N(x; mu, W W^T + sigma2 I), one multivariate normal, for x (N, D) -> (N,) float64",
-         check_log_marginal, weight=2),
+         check_log_marginal, weight=2, main=True),
     Case("test_ppca_log_marginal", "lm_single", "a single x (D,) gives a 0-d tensor", check_single_log_marginal,
          kind="rule", checks="input form"),
     Case("test_ppca_log_marginal", "lm_gradient", "gradients reach W, mu and sigma2 (everything in torch)", GRAD),
@@ -320,7 +320,7 @@ CASES = [
     # gaussian_conditional: the test cell's 3 points, shared by the weights below
     Case("test_gaussian_conditional", "gc_values",
          "mean mu_M + S_MR S_RR^-1 (x_R - mu_R) and Schur-complement covariance S_MM - S_MR S_RR^-1 S_RM, "
-         "for x (N, D)", check_conditional, weight=2),
+         "for x (N, D)", check_conditional, weight=2, main=True),
     Case("test_gaussian_conditional", "gc_order", "outputs in the order of masked_idx", check_conditional),
     Case("test_gaussian_conditional", "gc_single", "a single x (D,) gives cond_mean (m,)", check_conditional,
          kind="rule", checks="input form"),
@@ -333,12 +333,12 @@ CASES = [
     # masked_score: the test cell's 3 points, shared by the weights below
     Case("test_masked_score", "ms_estimate",
          "S(x; m) estimated by (1/m) sum_{j in M} log p(x_j | x_R) over uniform masks of size m (within 4 "
-         "standard errors of the exact value)", check_score_estimates, weight=2),
+         "standard errors of the exact value)", check_score_estimates, weight=2, main=True),
     Case("test_masked_score", "ms_standard_error",
          "standard error = sample standard deviation of the per-mask values / sqrt(n_masks)",
          check_score_standard_errors),
     Case("test_masked_score", "ms_batch", "x (N, D): each mask's value averaged over the N rows",
-         check_score_estimates),
+         check_score_estimates, main=True),
     Case("test_masked_score", "ms_full_mask", "m = D: the mean marginal log-density, exactly, two 0-d tensors",
          check_full_mask, kind="property"),
     Case("test_masked_score", "ms_gradient", "the estimate stays differentiable in W, mu and sigma2", GRAD),
@@ -352,9 +352,9 @@ CASES = [
     # masked_pretraining_objective: the test cell's 2 points, shared by the weights below
     Case("test_masked_pretraining_objective", "mo_estimate",
          "Proposition 1: sum over m = 1..D of S(x; m) lands within four true standard errors of log p(x)",
-         check_objective_estimate, weight=2),
+         check_objective_estimate, weight=2, main=True),
     Case("test_masked_pretraining_objective", "mo_standard_error",
-         "standard error of the sum = sqrt(sum_m SE_m^2), two 0-d tensors", check_objective_standard_error),
+         "standard error of the sum = sqrt(sum_m SE_m^2), two 0-d tensors", check_objective_standard_error, main=True),
     Case("test_masked_pretraining_objective", "mo_generator",
          "your estimates of (d), masks drawn with `generator`: the same seed reproduces the sum, another seed "
          "gives another", check_generator, kind="rule", checks="generator"),
@@ -363,22 +363,6 @@ CASES = [
          check_global_state, requires=("mo_estimate", "mo_standard_error"), kind="rule", checks="global state"),
 ]
 
-# The function each probe exercises: a case that is not a value case scores only once the MAIN value cases of the
-# SAME function pass (grader/judge.py value_gates; tests/test_judge_gates.py checks the table).
-FUNCTIONS = {
-    "ppca_log_marginal": ("lm_batch", "lm_single", "lm_gradient", "lm_rejects_shapes"),
-    "gaussian_conditional": ("gc_values", "gc_order", "gc_single", "gc_all_masked", "gc_rejects_shapes",
-                             "gc_rejects_indices"),
-    "masked_score": ("ms_estimate", "ms_standard_error", "ms_batch", "ms_full_mask", "ms_gradient", "ms_generator",
-                     "ms_global_state", "ms_rejects_m"),
-    "masked_pretraining_objective": ("mo_estimate", "mo_standard_error", "mo_generator", "mo_global_state"),
-}
-
 # What each function computes on ordinary inputs: the value cases that gate its other cases (grader/judge.py
 # value_gates). Edge-case values (the order of masked_idx) stand alone; a single x is an input form (a rule).
-MAIN = {
-    "ppca_log_marginal": ("lm_batch",),
-    "gaussian_conditional": ("gc_values",),
-    "masked_score": ("ms_estimate", "ms_batch"),
-    "masked_pretraining_objective": ("mo_estimate", "mo_standard_error"),
-}
+FUNCTIONS, MAIN = function_tables(CASES)

@@ -26,7 +26,7 @@ import torch
 from grader.compare import (SIGMAS, as_dict, as_tensor, describe, expect_dtype_kept, expect_false, expect_raises,
                              expect_same, global_states_moved)
 from grader.evidence import Raised
-from grader.cases import Case
+from grader.cases import Case, function_tables
 
 
 # =============================================================================== comparators
@@ -375,9 +375,9 @@ CASES = [
     # MAIN value cases of its function (MAIN below) pass; an edge-case value stands alone.
     # mlm_loss: the test cell's 2 points, shared by the weights below
     Case("test_mlm_loss", "mlm_loss_one_mask", "-sum over t in M of log_probs[t, x_t], a 0-dim tensor for a [T] mask",
-         LOSS, weight=2),
+         LOSS, weight=2, main=True),
     Case("test_mlm_loss", "mlm_loss_many_masks", "K masks [K, T] give [K] losses, one per mask (0 for an empty mask)",
-         LOSS, weight=2),
+         LOSS, weight=2, main=True),
     Case("test_mlm_loss", "mlm_loss_float64",
          "keeps the dtype of log_probs (float64 in, float64 out with its precision; float32 in, float32 out)",
          expect_dtype_kept(rtol64=1e-9), weight=0.5, kind="rule", checks="dtype"),
@@ -385,14 +385,16 @@ CASES = [
          LOSS),
     # masked_copies: the test cell's 1 point, shared by the weights below
     Case("test_masked_copies", "masked_copies_values",
-         "row k is input_ids with positions[k] set to the mask id, repeats allowed (int64 [P, T])", EXACT, weight=2),
+         "row k is input_ids with positions[k] set to the mask id, repeats allowed (int64 [P, T])", EXACT, weight=2,
+         main=True),
     Case("test_masked_copies", "masked_copies_permutation",
          "copy k replaces positions[k] by the mask token, for positions in any order (a permutation)", EXACT),
     Case("test_masked_copies", "masked_copies_input_unchanged", "input_ids is left unchanged", EXACT,
          weight=0.5, kind="rule", checks="mutation"),
     # conditional_log_probs: the test cell's 3 points, shared by the weights below
     Case("test_conditional_log_probs", "conditional_all_positions",
-         "row t is the log-softmax at position t of the copy with t masked (float32 [T, V])", TABLE, weight=2),
+         "row t is the log-softmax at position t of the copy with t masked (float32 [T, V])", TABLE, weight=2,
+         main=True),
     Case("test_conditional_log_probs", "conditional_given_positions",
          "with positions given, row k belongs to positions[k]", TABLE, weight=2),
     Case("test_conditional_log_probs", "conditional_batches",
@@ -402,21 +404,21 @@ CASES = [
          expect_false("the result requires grad: compute it under torch.no_grad()"), kind="property"),
     # pseudo_log_likelihood / pseudo_perplexity: the test cell's 2 points, shared by the weights below
     Case("test_pseudo_log_likelihood", "pll_all_positions",
-         "PLL = sum of log p(x_t | x without t) over all positions (a 0-dim float32 tensor)", PLL, weight=2),
+         "PLL = sum of log p(x_t | x without t) over all positions (a 0-dim float32 tensor)", PLL, weight=2, main=True),
     Case("test_pseudo_log_likelihood", "pll_given_positions", "with positions given, the sum runs over them only", PLL),
     Case("test_pseudo_log_likelihood", "pll_batches", "masked copies evaluated in batches of batch_size",
          check_batched_passes, kind="property"),
     Case("test_pseudo_log_likelihood", "pppl_values", "pseudo_perplexity = exp(-PLL / T) (a Python float)",
-         expect_python_floats()),
+         expect_python_floats(), function="pseudo_perplexity", main=True),
     Case("test_pseudo_log_likelihood", "pppl_tensor",
          "the same formula for a PLL given as a 0-dim tensor, still a Python float", expect_python_floats(),
-         weight=0.5, kind="rule", checks="input form"),
+         weight=0.5, kind="rule", checks="input form", function="pseudo_perplexity"),
     # single_index_estimate: the test cell's 3 points, shared by the weights below. Its values are a
     # distribution: each value case checks that every estimate is T * l_u AND that u is uniform, so a fixed
     # position or one draw repeated earns nothing.
     Case("test_single_index_estimate", "single_index_values",
          "num_samples values of T * (-log p(x_U | x without U)), U uniform (float32 [num_samples])",
-         check_uniform_estimates, weight=2),
+         check_uniform_estimates, weight=2, main=True),
     Case("test_single_index_estimate", "single_index_given_positions",
          "U drawn uniformly from positions, and T = the number of scored positions", check_uniform_estimates,
          weight=2),
@@ -434,7 +436,7 @@ CASES = [
          weight=0.25, kind="rule", checks="global state"),
     # causal_log_probs / perplexity: the test cell's 2 points, shared by the weights below
     Case("test_causal_log_probs", "causal_no_context",
-         "log p(x_t | x_<t) from the logits shifted by one (float32 [T - 1])", TABLE, weight=2),
+         "log p(x_t | x_<t) from the logits shifted by one (float32 [T - 1])", TABLE, weight=2, main=True),
     Case("test_causal_log_probs", "causal_with_context", "with context_token_id prepended, all T tokens are predicted",
          TABLE, weight=2),
     Case("test_causal_log_probs", "causal_one_pass", "ONE forward pass per sequence", check_passes_per_call,
@@ -442,16 +444,16 @@ CASES = [
     Case("test_causal_log_probs", "causal_no_grad", "computed under torch.no_grad() (no autograd graph)",
          expect_false("the result requires grad: compute it under torch.no_grad()"), kind="property"),
     Case("test_causal_log_probs", "perplexity_values", "perplexity = exp(-log p / T) (a Python float)",
-         expect_python_floats()),
+         expect_python_floats(), function="perplexity", main=True),
     Case("test_causal_log_probs", "perplexity_tensor",
          "the same formula for a log-likelihood given as a 0-dim tensor, still a Python float",
-         expect_python_floats(), weight=0.5, kind="rule", checks="input form"),
+         expect_python_floats(), weight=0.5, kind="rule", checks="input form", function="perplexity"),
     # conditionals_compatible (extension): the test cell's 3 points, shared by the weights below
     Case("test_conditionals_compatible", "compatible_joints",
          "True for the conditionals of a joint, float64 or float32, among pairs that are not (a Python bool)",
-         check_bools, weight=2),
+         check_bools, weight=2, main=True),
     Case("test_conditionals_compatible", "incompatible_tables", "False for conditionals that come from no joint",
-         check_bools, weight=2),
+         check_bools, weight=2, main=True),
     Case("test_conditionals_compatible", "compatible_zeros", "supports: zeros and disconnected blocks, different supports",
          check_bools),
     Case("test_conditionals_compatible", "compatible_atol", "the reconstructed conditionals are compared within atol",
@@ -463,7 +465,7 @@ CASES = [
     # twice, with differently seeded generators: a fixed pattern, however well its rates are tuned, fails.
     Case("test_bert_mask", "bert_mask_selection",
          "selection with probability q on non-special tokens, anywhere in the batch (drawn from the generator); "
-         "labels the original id where selected, else -100", check_bert_labels_and_specials, weight=2),
+         "labels the original id where selected, else -100", check_bert_labels_and_specials, weight=2, main=True),
     Case("test_bert_mask", "bert_mask_replacements",
          "selected: 80 % [MASK], 10 % uniformly random token, 10 % unchanged, drawn per token (not by its place)",
          check_bert_80_10_10, weight=2),
@@ -485,39 +487,7 @@ CASES = [
          kind="rule", checks="raises"),
 ]
 
-# The function each probe exercises: a case that is not a value case scores only once the MAIN value cases of the
-# SAME function pass (grader/judge.py value_gates; tests/test_judge_gates.py checks the table).
-FUNCTIONS = {
-    "mlm_loss": ("mlm_loss_one_mask", "mlm_loss_many_masks", "mlm_loss_float64", "mlm_loss_unselected_inf"),
-    "masked_copies": ("masked_copies_values", "masked_copies_permutation", "masked_copies_input_unchanged"),
-    "conditional_log_probs": ("conditional_all_positions", "conditional_given_positions", "conditional_batches",
-                              "conditional_no_grad"),
-    "pseudo_log_likelihood": ("pll_all_positions", "pll_given_positions", "pll_batches"),
-    "pseudo_perplexity": ("pppl_values", "pppl_tensor"),
-    "single_index_estimate": ("single_index_values", "single_index_given_positions", "single_index_uniform",
-                              "single_index_one_pass", "single_index_generator", "single_index_seeds_differ",
-                              "single_index_global_state"),
-    "causal_log_probs": ("causal_no_context", "causal_with_context", "causal_one_pass", "causal_no_grad"),
-    "perplexity": ("perplexity_values", "perplexity_tensor"),
-    "conditionals_compatible": ("compatible_joints", "incompatible_tables", "compatible_zeros", "compatible_atol",
-                                "compatible_rejects"),
-    "bert_mask": ("bert_mask_selection", "bert_mask_replacements", "bert_mask_q_edges", "bert_mask_one_sequence",
-                  "bert_mask_generator", "bert_mask_seeds_differ", "bert_mask_global_state",
-                  "bert_mask_input_unchanged", "bert_mask_rejects_q"),
-}
-
 # What each function computes on ordinary inputs: the value cases that gate its other cases (grader/judge.py
 # value_gates). Edge-case values (an -inf left out, positions in another order, the 80/10/10 split, zeros in
 # the tables) stand alone: a failed value costs its own share.
-MAIN = {
-    "mlm_loss": ("mlm_loss_one_mask", "mlm_loss_many_masks"),
-    "masked_copies": ("masked_copies_values",),
-    "conditional_log_probs": ("conditional_all_positions",),
-    "pseudo_log_likelihood": ("pll_all_positions",),
-    "pseudo_perplexity": ("pppl_values",),
-    "single_index_estimate": ("single_index_values",),
-    "causal_log_probs": ("causal_no_context",),
-    "perplexity": ("perplexity_values",),
-    "conditionals_compatible": ("compatible_joints", "incompatible_tables"),
-    "bert_mask": ("bert_mask_selection",),
-}
+FUNCTIONS, MAIN = function_tables(CASES)

@@ -19,12 +19,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from grader.compare import (SIGMAS, as_detached_scalar, as_items, as_tensor_like, describe, expect_dtype_kept,
                             expect_raises, expect_same, global_states_moved, within_binomial)
 from grader.evidence import Raised
-from grader.cases import Case
+from grader.cases import Case, function_tables
+from utils.notebook_cells import run_cells
 
 _SOLUTION = Path(__file__).resolve().parents[2] / "solutions" / "ex01" / "taskA_simclr.ipynb"
 _FUNCTION_CELLS = ("random_resized_crop_flip", "colour_distort", "augment_batch", "nt_xent_loss_loop", "nt_xent_loss",
@@ -35,10 +37,7 @@ def solution_namespace(notebook: Path = _SOLUTION) -> dict:
     """Execute the notebook's function-defining cells (not the training) and return their namespace:
     ``simclr_augment`` (given, utils/vision.py), ``augment_batch`` (the extension's batched version),
     ``nt_xent_loss_loop``, ``nt_xent_loss``, ``ProjectionHead``, ``simclr_train_step``, ... ."""
-    import torch.nn.functional as F
-
-    from utils import vision
-    from utils.notebook_cells import run_cells
+    from utils import vision   # torchvision: only when the reference is run
 
     ns = {"math": math, "torch": torch, "nn": nn, "F": F, "vision": vision, "np": np,
           "simclr_augment": vision.simclr_augment}
@@ -444,7 +443,7 @@ CASES = [
          check_crop_flip_rate),
     Case("test_random_resized_crop_flip", "crop_geometry",
          "bilinear crops with area ~ U(scale), aspect within ratio, placed uniformly inside the image",
-         check_crop_geometry, weight=2),
+         check_crop_geometry, weight=2, main=True),
     Case("test_random_resized_crop_flip", "crop_log_aspect", "log aspect ratio ~ U(log ratio)", check_crop_log_aspect),
     Case("test_random_resized_crop_flip", "crop_redraw",
          "a box that does not fit inside the image is drawn again (up to 10 tries, then the whole image)",
@@ -468,9 +467,9 @@ CASES = [
     Case("test_colour_distort", "colour_identity", "no jitter and no grayscale (or zero strengths): the images",
          expect_same(rtol=0, atol=1e-5), kind="property"),
     Case("test_colour_distort", "colour_grayscale", "grayscale g = 0.299 R + 0.587 G + 0.114 B in all three channels",
-         expect_same(rtol=0, atol=1e-5)),
+         expect_same(rtol=0, atol=1e-5), main=True),
     Case("test_colour_distort", "colour_brightness", "brightness x <- b x, b ~ U(1 - beta, 1 + beta) per image",
-         expect_blend_factor("brightness")),
+         expect_blend_factor("brightness"), main=True),
     Case("test_colour_distort", "colour_contrast", "contrast x <- c x + (1 - c) mean gray, c per image",
          expect_blend_factor("contrast")),
     Case("test_colour_distort", "colour_saturation", "saturation x <- s x + (1 - s) g, s per image",
@@ -506,7 +505,8 @@ CASES = [
     # (NT_XENT) and for its dtype and precision (NT_XENT_DTYPE).
     # nt_xent_loss_loop: the test cell's 2 points, shared by the weights below
     Case("test_nt_xent_loss_loop", "nt_xent_loop_float64",
-         "mean over the 2N anchors of l_i, every k != i in the denominator (float64 in, 0-dim out)", NT_XENT, weight=2),
+         "mean over the 2N anchors of l_i, every k != i in the denominator (float64 in, 0-dim out)", NT_XENT, weight=2,
+         main=True),
     Case("test_nt_xent_loss_loop", "nt_xent_loop_float64", "the input's dtype kept (float64, with its precision)",
          NT_XENT_DTYPE, weight=0.25, kind="rule", checks="dtype"),
     Case("test_nt_xent_loss_loop", "nt_xent_loop_float32", "the input's dtype kept (float32)", NT_XENT_DTYPE,
@@ -515,7 +515,7 @@ CASES = [
          expect_same(rtol=1e-6, atol=1e-9), kind="property"),
     # nt_xent_loss: the test cell's 3 points, shared by the weights below
     Case("test_nt_xent_loss", "nt_xent_float64", "mean NT-Xent over the 2N views (float64 in, 0-dim out)", NT_XENT,
-         weight=2),
+         weight=2, main=True),
     Case("test_nt_xent_loss", "nt_xent_float64", "the input's dtype kept (float64, with its precision)", NT_XENT_DTYPE,
          weight=0.25, kind="rule", checks="dtype"),
     Case("test_nt_xent_loss", "nt_xent_float32", "the input's dtype kept (float32)", NT_XENT_DTYPE, weight=0.25,
@@ -530,18 +530,18 @@ CASES = [
     # ProjectionHead: the test cell's 2 points, shared by the weights below
     Case("test_projection_head", "head_values",
          "output of Linear -> BatchNorm1d -> ReLU -> Linear (with known weights, train mode)",
-         expect_same(rtol=1e-4, atol=1e-4), weight=2),
+         expect_same(rtol=1e-4, atol=1e-4), weight=2, function="ProjectionHead", main=True),
     Case("test_projection_head", "head_gradients", "gradients flow to the input and both Linear layers",
-         expect_same(rtol=1e-3, atol=1e-4), kind="property"),
+         expect_same(rtol=1e-3, atol=1e-4), kind="property", function="ProjectionHead"),
     # the defaults are the given signature's
     Case("test_projection_head", "head_defaults", "defaults hidden_dim=1024, out_dim=128",
-         expect_same(rtol=1e-4, atol=1e-4), weight=0, kind="given", checks="arguments"),
+         expect_same(rtol=1e-4, atol=1e-4), weight=0, kind="given", checks="arguments", function="ProjectionHead"),
     # simclr_train_step: the test cell's 3 points, shared by the weights below
     Case("test_simclr_train_step", "train_step_two_steps", "augment called twice, once per view", check_step_augment_calls,
          kind="property"),
     Case("test_simclr_train_step", "train_step_two_steps",
          "loss and parameters after two steps (one batch of 2N, NT-Xent on the halves, one optimiser step)",
-         check_step_values, weight=3),
+         check_step_values, weight=3, main=True),
     Case("test_simclr_train_step", "train_step_two_steps", "BatchNorm sees both views in one forward pass",
          check_step_batchnorm, kind="property"),
     Case("test_simclr_train_step", "train_step_returns_detached", "returns the loss detached, a 0-dim float32 tensor",
@@ -560,7 +560,7 @@ CASES = [
     # linear_probe_accuracy: the test cell's 2 points, shared by the weights below
     Case("test_linear_probe_accuracy", "probe_accuracy",
          "the test accuracy of the trained probe's logits on easy, hard and mislabelled test sets (a Python float)",
-         check_probe_accuracy, weight=2),
+         check_probe_accuracy, weight=2, main=True),
     Case("test_linear_probe_accuracy", "probe_standardises", "features standardised with the training mean and std",
          check_probe_standardises),
     Case("test_linear_probe_accuracy", "probe_inputs_unchanged", "the caller's tensors are left unchanged",
@@ -574,47 +574,15 @@ CASES = [
          expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
     # knn_accuracy: the test cell's 2 points, shared by the weights below
     Case("test_knn_accuracy", "knn_values", "cosine kNN majority vote, ties to the smallest class id (a Python float)",
-         check_knn_values, weight=2),
+         check_knn_values, weight=2, main=True),
     Case("test_knn_accuracy", "knn_chunked", "the result does not depend on batch_size", check_knn_values),
     Case("test_knn_accuracy", "knn_rejects_k", "a ValueError when k is not between 1 and N (given code)",
          expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
 ]
-
-# The function each probe exercises: a case that is not a value case scores only once the MAIN value cases of
-# its function pass (grader/judge.py value_gates; tests/test_judge_gates.py checks the table).
-FUNCTIONS = {
-    "random_resized_crop_flip": ("crop_shapes", "crop_identity_and_mirror", "crop_flip_rate", "crop_geometry",
-                                 "crop_log_aspect", "crop_redraw", "crop_flip_reverses", "crop_independent",
-                                 "crop_generator", "crop_global_state", "crop_rejects"),
-    "colour_distort": ("colour_dtype_and_range", "colour_identity", "colour_grayscale", "colour_brightness",
-                       "colour_contrast", "colour_saturation", "colour_jitter_rate", "colour_gray_rate", "colour_hue",
-                       "colour_independent", "colour_generator", "colour_global_state"),
-    "augment_batch": ("augment_uint8", "augment_independent", "augment_all_off", "augment_generator",
-                      "augment_global_state"),
-    "nt_xent_loss_loop": ("nt_xent_loop_float64", "nt_xent_loop_float32", "nt_xent_loop_gradient"),
-    "nt_xent_loss": ("nt_xent_float64", "nt_xent_float32", "nt_xent_gradient", "nt_xent_rejects_shapes",
-                     "nt_xent_rejects_temperature"),
-    "ProjectionHead": ("head_values", "head_gradients", "head_defaults"),
-    "simclr_train_step": ("train_step_two_steps", "train_step_returns_detached", "train_step_default_augment",
-                          "train_step_bf16", "train_step_generator", "train_step_global_state"),
-    "linear_probe_accuracy": ("probe_accuracy", "probe_deterministic", "probe_standardises", "probe_test_set_unused",
-                              "probe_inputs_unchanged", "probe_rejects"),
-    "knn_accuracy": ("knn_values", "knn_chunked", "knn_rejects_k"),
-}
 
 # What each function computes on ordinary inputs: the value cases that gate its other cases (grader/judge.py
 # value_gates). Shapes, identities (scale 1, no jitter, everything off), independence and generator use are
 # properties and rules, gated here: an answer that returns noise, the resized image or its input earns nothing
 # for them. Edge-case values (a box that must be drawn again, a flip, hue) stand alone. augment_batch is given
 # code built on the two functions above: its cases are gated on their main values.
-MAIN = {
-    "random_resized_crop_flip": ("crop_geometry",),
-    "colour_distort": ("colour_grayscale", "colour_brightness"),
-    "augment_batch": ("crop_geometry", "colour_grayscale", "colour_brightness"),
-    "nt_xent_loss_loop": ("nt_xent_loop_float64",),
-    "nt_xent_loss": ("nt_xent_float64",),
-    "ProjectionHead": ("head_values",),
-    "simclr_train_step": ("train_step_two_steps",),
-    "linear_probe_accuracy": ("probe_accuracy",),
-    "knn_accuracy": ("knn_values",),
-}
+FUNCTIONS, MAIN = function_tables(CASES, borrows={"augment_batch": ("random_resized_crop_flip", "colour_distort")})

@@ -15,7 +15,7 @@ import numpy as np
 
 from grader.compare import as_dict, as_real, describe, expect_raises
 from grader.evidence import Raised
-from grader.cases import Case
+from grader.cases import Case, function_tables
 
 #: Totals from float32 logits agree to about 2e-7 (relative) between batchings, float64 sums and
 #: full log-softmax (measured on the honest variants); the window mutants move them by 3e-4 or more.
@@ -205,8 +205,8 @@ CASES = [
     # count_parameters: the test cell's 2 points, shared by the weights below
     Case("test_count_parameters", "count_config",
          "(total, non_embedding) from a config: embeddings and unembedding excluded, a tied matrix once "
-         "(Python ints)", check_counts, weight=3),
-    Case("test_count_parameters", "count_model", "the same counts from a model", check_counts, weight=2),
+         "(Python ints)", check_counts, weight=3, main=True),
+    Case("test_count_parameters", "count_model", "the same counts from a model", check_counts, weight=2, main=True),
     Case("test_count_parameters", "count_pythia_config",
          "a configuration of Pythia's architecture in sizes of its own, up to billions of parameters (meta device, "
          "no weights)",
@@ -217,10 +217,10 @@ CASES = [
     # evaluate_loss: the test cell's 4 points, shared by the weights below
     Case("test_evaluate_loss", "eval_windows",
          "total log-likelihood and tokens: end-of-text before each document, disjoint windows of max_length "
-         "targets, each fed the max_length tokens before its last target", check_loglikelihood, weight=4),
+         "targets, each fed the max_length tokens before its last target", check_loglikelihood, weight=4, main=True),
     Case("test_evaluate_loss", "eval_metrics",
          "words (re.split on whitespace) and UTF-8 bytes; nll_per_token in nats, bits_per_byte and word_perplexity "
-         "from the total", check_counts_and_metrics, weight=2),
+         "from the total", check_counts_and_metrics, weight=2, main=True),
     Case("test_evaluate_loss", "eval_original_documents",
          "words and bytes counted on original_documents; the batch size does not change the result",
          check_words_bytes_loglik, weight=2),
@@ -234,23 +234,26 @@ CASES = [
     # tokens_seen and training_compute: the test cell's 2 points, shared by the weights below; the input checks
     # are given code (weight 0, reported only)
     Case("test_bookkeeping", "tokens_seen_scalar", "tokens_seen(step) = step x tokens_per_step for a number",
-         check_exact_numbers),
+         check_exact_numbers, function="tokens_seen", main=True),
     Case("test_bookkeeping", "tokens_seen_array", "tokens_seen on arrays of steps, int32 steps included: the exact "
-         "token counts (143,000 x 2,097,152 overflows int32)", expect_array_values(0.0), weight=2),
+         "token counts (143,000 x 2,097,152 overflows int32)", expect_array_values(0.0), weight=2,
+         function="tokens_seen", main=True),
     Case("test_bookkeeping", "tokens_seen_dtype", "tokens_seen on an array returns an int64 array",
-         expect_dtype("int64"), weight=0.25, kind="rule", checks="dtype"),
+         expect_dtype("int64"), weight=0.25, kind="rule", checks="dtype", function="tokens_seen"),
     Case("test_bookkeeping", "tokens_seen_rejects_negative",
          "a ValueError for a negative step or a tokens_per_step that is not positive (given code)",
-         expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
-    Case("test_bookkeeping", "compute_scalar", "training_compute(N, D) = 6 N D FLOPs for numbers", check_close_numbers),
+         expect_raises("ValueError"), weight=0, kind="given", checks="raises", function="tokens_seen"),
+    Case("test_bookkeeping", "compute_scalar", "training_compute(N, D) = 6 N D FLOPs for numbers", check_close_numbers,
+         function="training_compute", main=True),
     Case("test_bookkeeping", "compute_array", "training_compute on arrays (broadcast): 6 N D without int64 overflow "
-         "at pythia-12b", expect_array_values(1e-12), weight=2),
+         "at pythia-12b", expect_array_values(1e-12), weight=2, function="training_compute", main=True),
     Case("test_bookkeeping", "compute_dtype", "training_compute on arrays returns a float64 array",
-         expect_dtype("float64"), weight=0.25, kind="rule", checks="dtype"),
+         expect_dtype("float64"), weight=0.25, kind="rule", checks="dtype", function="training_compute"),
     # fit_power_law: the test cell's 4 points, shared by the weights below; the irreducible=True branch and the
     # input checks are given code (weight 0, reported only)
     Case("test_fit_power_law", "fit_pure",
-         "pure power law: alpha and N_c from the least squares of log L on log N, E = 0", check_pure_fit, weight=2),
+         "pure power law: alpha and N_c from the least squares of log L on log N, E = 0", check_pure_fit, weight=2,
+         main=True),
     Case("test_fit_power_law", "fit_pure_errors",
          "pure power law: standard errors from s^2 (X^T X)^-1 with s^2 = RSS/(n-2), N_c's by the delta method",
          check_pure_errors, weight=2),
@@ -372,7 +375,7 @@ CASES += [
     # predict_held_out: the test cell's 4 points, shared by the weights below
     Case("test_predict_held_out", "predict_values",
          "the held-out sizes in increasing N, predicted by the pure power law fitted (with fit_power_law) on the "
-         "n_fit smallest models (float NumPy arrays)", check_prediction, weight=2),
+         "n_fit smallest models (float NumPy arrays)", check_prediction, weight=2, main=True),
     Case("test_predict_held_out", "predict_band",
          "the prediction interval L_pred exp(-+ t s), t = stats.t.ppf((1 + level) / 2, n_fit - 2), "
          "s = alpha_err sqrt(S + S/n + (x0 - x_bar)^2), S = sum((x - x_bar)^2) over the fitted ln N", check_band,
@@ -384,7 +387,7 @@ CASES += [
     # compute_optimal: the test cell's 4 points, shared by the weights below
     Case("test_compute_optimal", "optimal_scalar",
          "(N_opt, D_opt) as two numbers for a number: 6 N_opt D_opt = C and N_opt minimises L(N, C / (6 N)) "
-         "(checked against a numeric minimisation)", check_optimal_numbers, weight=2),
+         "(checked against a numeric minimisation)", check_optimal_numbers, weight=2, main=True),
     # the same split for an array of budgets: the scalar case's formula, so the array form is a rule
     Case("test_compute_optimal", "optimal_array",
          "two arrays for an array of budgets, each split optimal", check_optimal_arrays, weight=0.25, kind="rule",
@@ -393,27 +396,6 @@ CASES += [
          "(given code)", expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
 ]
 
-# The function each probe exercises: a case that is not a value case scores only once the MAIN value cases of
-# the SAME function pass (grader/judge.py value_gates; tests/test_judge_gates.py checks the table).
-FUNCTIONS = {
-    "count_parameters": ("count_config", "count_model", "count_pythia_config", "count_rejects_non_model"),
-    "evaluate_loss": ("eval_windows", "eval_metrics", "eval_original_documents", "eval_max_length",
-                      "eval_rejects_empty", "eval_rejects_no_config"),
-    "tokens_seen": ("tokens_seen_scalar", "tokens_seen_array", "tokens_seen_dtype", "tokens_seen_rejects_negative"),
-    "training_compute": ("compute_scalar", "compute_array", "compute_dtype"),
-    "fit_power_law": ("fit_pure", "fit_pure_errors", "fit_irreducible", "fit_rejects_bad_input"),
-    "predict_held_out": ("predict_values", "predict_band", "predict_level", "predict_rejects_bad_split"),
-    "compute_optimal": ("optimal_scalar", "optimal_array", "optimal_rejects_bad_budget"),
-}
-
 # What each function computes on ordinary inputs: the value cases that gate its other cases (grader/judge.py
 # value_gates). Edge-case values (a Pythia configuration, a short max_length, another level) stand alone.
-MAIN = {
-    "count_parameters": ("count_config", "count_model"),
-    "evaluate_loss": ("eval_windows", "eval_metrics"),
-    "tokens_seen": ("tokens_seen_scalar", "tokens_seen_array"),
-    "training_compute": ("compute_scalar", "compute_array"),
-    "fit_power_law": ("fit_pure",),
-    "predict_held_out": ("predict_values",),
-    "compute_optimal": ("optimal_scalar",),
-}
+FUNCTIONS, MAIN = function_tables(CASES)

@@ -6,8 +6,9 @@ occurs exactly once in it (inside the solution block) and ``replace`` is a mista
 make. ``visible=True`` marks a mutant that breaks one requirement the task text states which a
 public input shows, and ``case`` names the judge's case (a probe of ``grader/checks/<stem>.py``) for
 that requirement: the release's visible test cell must fail on it too, so that the hidden cases
-differ from the visible checks only in their inputs (tests/test_visible_checks.py). :func:`run`
-judges the solution and every mutant with the autograder's judge (grader/judge.py) over 20 seeds;
+differ from the visible checks only in their inputs (tests/test_visible_checks.py). ``edge=True`` marks a
+mutant whose one bug is an edge case: it must lose its case's share and nothing more (tests/test_judge_gates.py).
+:func:`run` judges the solution and every mutant with the autograder's judge (grader/judge.py) over 20 seeds;
 a mutant is *killed* when it loses points of its own test cell on every seed. Each mutant is its
 own notebook variant: two mutants never mask each other.
 """
@@ -37,6 +38,7 @@ class Mutant:
     replace: str   # the wrong version
     visible: bool = False  # the visible test cell fails on it (a stated requirement, shown on a public input)
     case: str = ""         # the judge case (probe) of the requirement it breaks; needed with visible=True
+    edge: bool = False     # its one bug is an edge case (or a rule): it loses its case's share and nothing more
 
 
 def notebooks_with_mutants() -> list[str]:

@@ -81,7 +81,7 @@ MUTANTS = [
            find=_LM_S, replace=_LM_S.replace("sigma2 * torch.eye", "float(sigma2) * torch.eye"),
            visible=True, case="lm_gradient"),
     Mutant(cell="ppca_log_marginal", name="a single x gives shape (1,), not a 0-d tensor",
-           find=_LM_RET, replace="return logp", visible=True, case="lm_single"),
+           find=_LM_RET, replace="return logp", visible=True, case="lm_single", edge=True),
     # ------------------------------------------------------------------ gaussian_conditional
     Mutant(cell="gaussian_conditional", name="the slide's '+' Schur complement",
            find=_GC_COV, replace="cond_cov = S_MM + S_RM.T @ gain",

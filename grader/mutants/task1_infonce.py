@@ -36,12 +36,12 @@ MUTANTS = [
            find=_INFO_RET,
            replace=("top = scores.max()\n"
                     "    return (top + torch.log(torch.exp(scores - top).sum(dim=1)) - positive).mean()"),
-           visible=True, case="info_nce_float64_stable"),
+           visible=True, case="info_nce_float64_stable", edge=True),
     Mutant(cell="info_nce_loss", name="log-sum-exp shifted by the largest negative score, not the row's largest",
            find=_INFO_RET,
            replace=("top = scores[:, 1:].max(dim=1, keepdim=True).values\n"
                     "    return (top.squeeze(1) + torch.log(torch.exp(scores - top).sum(dim=1)) - positive).mean()"),
-           case="info_nce_float64_stable"),
+           case="info_nce_float64_stable", edge=True),
     Mutant(cell="info_nce_loss", name="a Python number wrapped in a new tensor (no gradient)",
            find=_INFO_RET,
            replace="return torch.tensor((torch.logsumexp(scores, dim=1) - positive).mean().item(), dtype=scores.dtype)",

@@ -315,7 +315,7 @@ MUTANTS = [
                                   "then unchanged)",
            find=_BM_ACTION, replace="action = ((selected.flatten().cumsum(0) - 1).double() / max(int(selected.sum()), 1))"
                                     ".view(ids.shape).to(ids.device)",
-           visible=True, case="bert_mask_replacements"),
+           visible=True, case="bert_mask_replacements", edge=True),
     Mutant(cell="bert_mask", name="selection in reading order (the first q of the non-special tokens)",
            find=_BM_SELECT, replace="selected = ((~special).flatten().cumsum(0).view(ids.shape) <= q * int((~special).sum()))"
                                     ".to(ids.device) & ~special",

@@ -140,7 +140,7 @@ MUTANTS = [
            replace="grid = F.affine_grid(theta, [n, 3, height, width], align_corners=False)", visible=True,
            case="crop_shapes"),
     Mutant(cell="random_resized_crop_flip", name="a box that does not fit is clipped to the image, not drawn again",
-           find=_RC_REDRAW, replace=_RC_CLIPPED, visible=True, case="crop_redraw"),
+           find=_RC_REDRAW, replace=_RC_CLIPPED, visible=True, case="crop_redraw", edge=True),
     Mutant(cell="random_resized_crop_flip", name="one try: a box that does not fit gives the whole image at once",
            find=_RC_TRIES, replace="tries = 1", visible=True, case="crop_redraw"),
     Mutant(cell="random_resized_crop_flip", name="no check of the input (one channel, uint8 accepted)",

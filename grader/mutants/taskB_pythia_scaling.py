@@ -224,7 +224,7 @@ MUTANTS = [
            visible=True, case="predict_band, predict_level"),
     Mutant(cell="predict_held_out", name="level ignored (always 0.95)",
            find=_PH_X, replace="x, x0, t = np.log(N[:n_fit]), np.log(N[n_fit:]), stats.t.ppf(0.975, n_fit - 2)",
-           visible=True, case="predict_level"),
+           visible=True, case="predict_level", edge=True),
     Mutant(cell="predict_held_out", name="confidence band of the line: without the new model's own scatter",
            find=_PH_S, replace='s = fit["alpha_err"] * np.sqrt(np.mean((x - x.mean()) ** 2) + (x0 - x.mean()) ** 2)',
            visible=True, case="predict_band"),

@@ -1,18 +1,24 @@
-"""Sandbox-side probes, one module per notebook: ``grader/probes/<stem>.py``.
+"""Sandbox-side probes, one module per notebook: ``grader/probes/<stem>.py``, and the API they import.
 
 A probe builds inputs from a seeded ``torch.Generator``, calls the student's functions through the
 namespace ``ns`` and returns whatever they gave. Probes hold **no reference implementation and no
 expected value**: they run inside the grading sandbox next to student code. The judge runs the same
 probes on the solution (outside the sandbox) and compares the two (grader/checks/<stem>.py).
 
-The files one requirement of a graded function touches (README, "For developers"), in this order:
+This package's own module is the probes' whole API (:func:`probes`, :func:`attempt`,
+:func:`with_global_state`): it imports nothing of grader/ but the evidence codec (grader/evidence.py,
+the standard library's alone), so a probe reads without the harness (grader/probe.py), which only
+loads ``PROBES``.
+
+The files one requirement of a graded function touches (README, "Add a check"), in this order:
 
 1. the task text: a sentence above the answer cell of ``solutions/ex01/<stem>.ipynb``;
 2. the visible check: an assert on a public input in the test cell under the answer, same notebook
    (then ``python -m grader release``);
 3. the probe: ``def <probe>(ns, gen)`` here, in ``grader/probes/<stem>.py``;
 4. the case: ``Case(<test cell>, "<probe>", "<the requirement in the text's words>", <comparator>)`` in
-   ``CASES`` of ``grader/checks/<stem>.py``, the probe's name under its function in ``FUNCTIONS``; the
+   ``CASES`` of ``grader/checks/<stem>.py`` (``function="f"`` when the test cell is not ``test_f``,
+   ``main=True`` for what ``f`` computes on ordinary inputs: ``FUNCTIONS`` and ``MAIN`` are derived); the
    comparator comes from ``grader/compare.py`` or is a ``check_*`` of that module;
 5. the mutant: ``Mutant(..., visible=True, case="<probe>")`` in ``grader/mutants/<stem>.py``;
 6. tests: tests/test_judge.py, test_visible_checks.py and test_judge_gates.py pick the above up; a new
@@ -26,10 +32,43 @@ import random as _random
 import numpy as _np
 import torch as _torch
 
+from grader.evidence import raised
+
+DEFAULT_TIMEOUT = 60.0
+
 # Captured when the harness loads the probes, before any student definition runs: a function that
 # replaces torch.get_rng_state (or NumPy's, or Python's) cannot hide that it drew from the global state.
 _TORCH_STATE, _NUMPY_STATE, _PYTHON_STATE = _torch.get_rng_state, _np.random.get_state, _random.getstate
 _TOLIST, _sha256 = _torch.Tensor.tolist, _hashlib.sha256
+
+
+class Probe:
+    """One named case: ``fn(ns, gen)`` builds inputs from the torch.Generator ``gen``, calls the
+    student's functions through ``ns`` and returns what they gave (the judge compares it)."""
+
+    def __init__(self, name: str, fn, timeout: float):
+        self.name, self.fn, self.timeout = name, fn, timeout
+
+
+def probes(registry: dict):
+    """Decorator factory for a probe module: ``probe = probes(PROBES)``, then ``@probe()``."""
+    def probe(timeout: float = DEFAULT_TIMEOUT, name: str | None = None):
+        def wrap(fn):
+            key = name or fn.__name__
+            if key in registry:
+                raise ValueError(f"probe {key!r} defined twice")
+            registry[key] = Probe(key, fn, timeout)
+            return fn
+        return wrap
+    return probe
+
+
+def attempt(fn, *args, **kwargs):
+    """Call ``fn``; return its value, or the :class:`grader.evidence.Raised` record of its exception."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the exception is the evidence
+        return raised(exc)
 
 
 def global_random_state() -> dict:
@@ -44,8 +83,6 @@ def global_random_state() -> dict:
 def with_global_state(fn, *args, **kwargs) -> dict:
     """Call ``fn`` and return ``{"result": what it returned or raised, "before": ..., "after": ...}``,
     the digests of the global random states just before and just after the call (the judge compares)."""
-    from grader.probe import attempt
-
     before = global_random_state()
     result = attempt(fn, *args, **kwargs)
     after = global_random_state()

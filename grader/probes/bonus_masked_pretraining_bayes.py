@@ -12,8 +12,7 @@ import math
 
 import torch
 
-from grader.probe import attempt, probes
-from grader.probes import with_global_state
+from grader.probes import attempt, probes, with_global_state
 
 PROBES: dict = {}
 probe = probes(PROBES)

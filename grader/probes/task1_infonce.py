@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from grader.probe import attempt, probes
+from grader.probes import attempt, probes
 
 PROBES: dict = {}
 probe = probes(PROBES)

@@ -15,8 +15,7 @@ from contextlib import contextmanager
 import torch
 from transformers import BertConfig, BertForMaskedLM, GPTNeoXConfig, GPTNeoXForCausalLM
 
-from grader.probe import attempt, probes
-from grader.probes import with_global_state
+from grader.probes import attempt, probes, with_global_state
 
 PROBES: dict = {}
 probe = probes(PROBES)

@@ -13,8 +13,7 @@ import torch
 import torchvision.transforms.v2  # noqa: F401  (loaded once here: the given cell imports it in every forked case)
 from torch import nn
 
-from grader.probe import attempt, probes
-from grader.probes import with_global_state
+from grader.probes import attempt, probes, with_global_state
 
 PROBES: dict = {}
 probe = probes(PROBES)

@@ -13,7 +13,8 @@ import math
 import numpy as np
 import torch
 
-from grader.probe import attempt, probes
+from grader.probes import attempt, probes
+from utils.scaling import PYTHIA_SIZES, pythia_config
 
 PROBES: dict = {}
 probe = probes(PROBES)
@@ -129,8 +130,6 @@ def count_pythia_config(ns, gen):
     """A configuration of Pythia's architecture (its shared fields, intermediate_size = 4 x width) with drawn
     sizes of up to about 3 B parameters and a width no Pythia model has: only the meta device makes it cheap,
     and no table of the published counts answers it."""
-    from utils.scaling import PYTHIA_SIZES, pythia_config
-
     widths = {pythia_config(size).hidden_size for size in PYTHIA_SIZES}
     config = pythia_config(_choice(gen, ["160m", "410m", "1b"]))
     while True:
