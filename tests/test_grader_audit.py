@@ -930,3 +930,32 @@ def test_an_audit_past_its_caps_marks_the_notebook_for_review():
     tampered = NotebookResult("student", "task1_infonce", status="tampered")
     audit_submission(slow, "task1_infonce", tampered, timeout=0.5)
     assert tampered.status == "tampered" and "could not finish" in tampered.reasons[0]
+
+
+# Corners of the rule table and of alias resolution, each pinned to what the audit found before its
+# redesign as a table (issue #52): a relative import's leading dot, a module member's name holding a
+# newline, importlib's everyday parts, names folded from pieces, magics that were continuation lines.
+EDGES = [
+    ("from .os import _exit as q\nq(0)", [(1, "process control"), (2, "process control")]),
+    ("import importlib\nimportlib.import_module('os.exec\\nv')", [(2, "process control")]),
+    ("import importlib\nm = importlib.import_module('importlib.metadata\\n')", [(2, "import machinery")]),
+    ("import importlib\nimportlib.resources.files('x')\nimportlib.metadata.version('x')\n"
+     "importlib.util.find_spec('x')", [(4, "import machinery")]),
+    ("import codecs, base64, os\ncodecs.utf_8_decode(b)\nbase64.b85decode(b)\nos.spawnv(0, 'a', [])",
+     [(2, "encoded payload"), (3, "encoded payload"), (4, "process control")]),
+    ("a = __import__('o' + 's')\nb = a\nb._exit(0)", [(1, "import machinery"), (3, "process control")]),
+    ("import torch\nt = torch\nt.backends.cudnn.benchmark = True\nt.allclose = f", [(4, "monkeypatch")]),
+    ("class A(np.ndarray):\n    pass\nclass B(float): pass", [(1, "comparison override"), (3, "comparison override")]),
+    ("%time x = 1\nx = !ls\ny != 3\nprint?\n%matplotlib inline\n%%matplotlib",
+     [(1, "IPython magic"), (2, "shell escape"), (6, "IPython magic")]),
+    ("x = (1 +\n%2)", [(1, "unparseable code"), (2, "IPython magic")]),
+    ("%%bash\necho grader", [(1, "shell escape"), (2, "grader reference")]),
+    ("'''the grader'''\nx = b'LAS_SECRET'\ny = 'LAS_PRESET'", [(2, "grader reference")]),
+    ("vars(sys)['mod' 'ules']['x'] = 1\nglobals().update(x=1)\nx.__dict__ = {}",
+     [(2, "__dict__ write"), (3, "__dict__ write")]),
+]
+
+
+@pytest.mark.parametrize("source, expected", EDGES)
+def test_the_rule_table_keeps_the_corners(source, expected):
+    assert [(f.line, f.what) for f in audit_source(source)] == expected
