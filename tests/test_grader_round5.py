@@ -154,13 +154,13 @@ def test_the_seed_reaches_nothing_in_the_sandbox_and_no_page_shows_a_case_seed(k
     assert "HUNT:" in text, "the hunter's output must be in the executed notebook"
     hunted = text.split("HUNT:", 1)[1].split("\n", 1)[0][::-1]
     assert "notebook_timeout" in hunted, "the hunt must have found the session's plan (else it proves nothing)"
-    assert "case_seeds" not in hunted and "probe_source" not in hunted, "the full run found the judge's plan"
-    for marker in ("SOURCE:", "PROBE:", "MODULE:", "FILE:"):
+    raw = text.split("RAW:", 1)[1].split("\n", 1)[0] if "RAW:" in text else ""
+    assert not raw.strip(), f"the full run found a plan with the case seeds: {raw[:300]}"
+    for marker in ("SOURCE:", "PROBE:", "MODULE:", "FILE:"):   # the hunter spells its tags in two pieces
         assert marker not in hunted, hunted.split(marker, 1)[1][:300]
     assert str(SEED_SHOWN) not in hunted, "the judge seed was readable inside the sandbox"
     secrets = secret_strings(SEED_SHOWN, [STEM])
     assert len(secrets) > 5
-    raw = text.split("RAW:", 1)[1] if "RAW:" in text else ""
     page = next((klass["grading"] / "feedback").glob(f"seed_hunter/ex01/{STEM}.html")).read_text()
     shown = [s for s in secrets if s in page or s in raw or s in hunted]
     assert not shown, shown

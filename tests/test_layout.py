@@ -353,8 +353,9 @@ def test_the_cli_tests_run_beside_others_assert_no_time_and_grade_no_class():
 NOT_CORE = ("extras", "checks", "probes", "mutants")
 #: The most lines the core may hold. The issue's aim is 8,000; this is where it stands now (a ratchet:
 #: lower it when code leaves the core; raised once, from 9,078 to 9,304, for the tiers' word and rule-share
-#: report (issue #50) and the bundle's Colab links and quiet setup cells (issue #53), merged the same day).
-CORE_MAX_LINES = 9304
+#: report (issue #50) and the bundle's Colab links and quiet setup cells (issue #53), merged the same day;
+#: 9,007 once grader/audit.py became one rule table, 1,070 -> 649 lines).
+CORE_MAX_LINES = 9007
 #: The most imports inside functions outside grader/__main__.py (whose verbs import what each needs): the
 #: issue's aim (13 today). An import stays inside a function only for a heavy library a light verb must not
 #: pay for (nbgrader.api, torch, torchvision, transformers).
