@@ -182,18 +182,21 @@ def test_sandbox_binds_only_what_notebooks_need(tmp_path, monkeypatch):
     monkeypatch.setenv("SECRET_TOKEN", "hunter2")
     # one student's grading session: its own working folder writable, the judge's cases never bound
     cmd = session_prefix("bwrap", tmp_path, {"PATH": "/usr/bin"})
-    bound = [cmd[i + 2] for i, a in enumerate(cmd) if a in ("--ro-bind", "--bind")]
+    bound = session_bound = [cmd[i + 2] for i, a in enumerate(cmd) if a in ("--ro-bind", "--bind")]
     assert cmd[cmd.index(str(tmp_path)) - 1] == "--bind" and str(ROOT / "grader" / "session.py") in bound
     for forbidden in ("solutions", "grading", "grader/mutants", "grader/checks", "grader/judge.py", "tests"):
         assert not any(p.startswith(str(ROOT / forbidden)) for p in bound), forbidden
     assert str(ROOT) not in bound, "the whole repository must not be visible"
     assert "--unshare-all" in cmd and "--clearenv" in cmd and "hunter2" not in " ".join(cmd)
-    # the judge's probe harness sees its probes, never the cases or the references
+    # the judge's probe harness sees the probes' API, never the cases, the references or a notebook's probes
+    # (they come in the plan: grader/launch.py sealed_part)
     probe = probe_prefix("bwrap", tmp_path, {"PATH": "/usr/bin"})
     bound = [probe[i + 2] for i, a in enumerate(probe) if a in ("--ro-bind", "--bind")]
-    assert str(ROOT / "grader" / "probes") in bound and str(ROOT / "grader" / "probe.py") in bound
-    for forbidden in ("solutions", "grading", "grader/mutants", "grader/checks", "grader/judge.py", "tests"):
+    assert str(ROOT / "grader" / "probes" / "__init__.py") in bound and str(ROOT / "grader" / "probe.py") in bound
+    for forbidden in ("solutions", "grading", "grader/mutants", "grader/checks", "grader/judge.py", "tests",
+                      "grader/probes/task1_infonce.py"):
         assert not any(p.startswith(str(ROOT / forbidden)) for p in bound), forbidden
+        assert not any(p.startswith(str(ROOT / forbidden)) for p in session_bound), forbidden
     assert probe[-1] == "--" and "--size" in probe, "a size-capped /tmp"
     off = describe({"network": False, "filesystem": False, "memory": True, "bwrap": False, "overlay": False})
     assert "REACHABLE" in off and "NOT isolated" in off
