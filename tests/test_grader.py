@@ -82,8 +82,8 @@ def test_fixture_outcome(batch, student):
                     + "\n".join(nb.get("full_run_log", "") for nb in notebooks.values()))
     assert float(row["autograded_score"]) == pytest.approx(points), f"{student}: {row['reason']}"
     assert float(row["autograded_max"]) == pytest.approx(FULL)
-    if status != "graded":
-        assert row["reason"], f"{student} has status {status} but no reason"
+    if row["status"] != "graded":
+        assert row["reason"], f"{student} has status {row['status']} but no reason"
 
 
 def test_csv_has_one_row_per_student_and_reasons(batch):
