@@ -110,8 +110,8 @@ RECORD_BYTES = 1024 ** 3
 
 def run_sandboxed(cmd: list[str], plan: dict, *, workdir: Path, env: dict, timeout: float, preexec_fn=None,
                   stems: list[str] = (), sealed: list[bytes] = ()) -> tuple[list[dict], str]:
-    """Run one session (``cmd``, the plan and its ``sealed`` parts on stdin) and collect its numbered records; (records, the tail
-    of its stderr). Records count only in sequence (0, 1, 2, ...): at the first break (a forged or
+    """Run one session (``cmd``, the plan and its ``sealed`` parts on stdin) and collect its numbered
+    records; (records, the tail of its stderr). Records count only in sequence (0, 1, 2, ...): at the first break (a forged or
     lost record, a session killed at the backstop ``timeout``), every notebook that had not sent its
     ``notebook_done`` gets a ``notebook_void`` record; the notebooks before it stand."""
     records: list[dict] = []

@@ -391,10 +391,10 @@ def fork_with_pipe() -> tuple[int, int, int]:
 @contextlib.contextmanager
 def plan_process(cmd: list[str], plan: dict, *, workdir, env: dict, timeout: float, preexec_fn=None,
                  sealed: list[bytes] = ()):
-    """Start ``cmd`` (the probe harness or a student's session) in a process group of its own with ``plan``
-    and its ``sealed`` parts on its stdin (:func:`plan_bytes`), killed with its group at ``timeout``; yields ``(proc, outcome)``. When the block
-    ends, whatever the run left behind is killed, and ``outcome`` holds ``returncode`` and ``tail`` (the
-    last 4,000 bytes of its stderr, which went to a temporary file in ``workdir``)."""
+    """Start ``cmd`` (the probe harness or a student's session) in a process group of its own, ``plan`` and its
+    ``sealed`` parts on its stdin (:func:`plan_bytes`), killed with its group at ``timeout``; yields ``(proc,
+    outcome)``. When the block ends, whatever the run left behind is killed, and ``outcome`` holds ``returncode``
+    and ``tail`` (the last 4,000 bytes of its stderr, which went to a temporary file in ``workdir``)."""
     outcome: dict = {}
     with tempfile.TemporaryFile(dir=workdir) as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.PIPE,

@@ -315,13 +315,16 @@ def merge_shards(course: Course, dirs: list[Path] | None = None, allow_missing: 
                          "again into plain folders): " + ", ".join(str(p) for p in links[:10])
                          + (f" and {len(links) - 10} more" if len(links) > 10 else ""))
     hard = {index: _hard_links(by_index[index]) for index in done}
+
+    def shard_course(index: int) -> Course:
+        return Course(grading=by_index[index], source=course.source, assignment=course.assignment)
     refused = []
     for index, pairs in sorted(done.items()):
         if hard[index].get(""):
             raise ShardError(f"shard {index}/{count} {by_index[index]}: files with more than one hard link (merge-shards "
                              "trusts no file that is also elsewhere; grade the shard again into a fresh folder): "
                              + ", ".join(str(p) for p in hard[index][""][:10]))
-        shard = Course(grading=by_index[index], source=course.source, assignment=course.assignment)
+        shard = shard_course(index)
         for s, status in list(pairs):
             why = _unverified(shard, s, notebooks, fingerprints[s], hard[index].get(s, []))
             if why:
@@ -332,8 +335,7 @@ def merge_shards(course: Course, dirs: list[Path] | None = None, allow_missing: 
     for line in refused:
         progress(line)
     disagree = [line for index, pairs in sorted(done.items()) for s, status in pairs
-                for line in _grade_disagreements(Course(grading=by_index[index], source=course.source, assignment=course.assignment), s, status,
-                                                 notebooks)]
+                for line in _grade_disagreements(shard_course(index), s, status, notebooks)]
     if disagree:
         raise ShardError("shard gradebooks disagree with their status files' judge records (was a gradebook edited "
                          "or copied from another run? grade those shards again):\n  " + "\n  ".join(disagree[:20])
@@ -353,7 +355,7 @@ def merge_shards(course: Course, dirs: list[Path] | None = None, allow_missing: 
     with tempfile.TemporaryDirectory(prefix="las-merge-") as scratch:
         scratch = Path(scratch)
         for index in sorted(done):
-            shard = Course(grading=by_index[index], source=course.source, assignment=course.assignment)
+            shard = shard_course(index)
             for s, status in done[index]:
                 invalidate(course, s)
                 for nb in notebooks:
