@@ -28,7 +28,7 @@ Verbs:
   mutants              judge the plausible wrong answers in grader/mutants/ over 20 seeds
                        and report the kill rate per notebook
   tiers [FOLDER]       the core proxy (solution lines and written answers, core and extensions) and the
-                       rubric problems of every source notebook; exits 1 over the limits (grader/tiers.py)
+                       rubric problems of every source notebook; exits 1 over the limits (grader/extras/tiers.py)
 
 Statuses (grades.csv, worst first): unreadable (0 points) | kernel died | timed out | tampered (test or
 locked cells edited, deleted or invented: the judge ignores them) | review (the static audit flagged code
@@ -79,7 +79,7 @@ def cmd_release(args) -> int:
 
 
 def cmd_bundle(args) -> int:
-    from .bundle import build_bundle, bundle_urls, load_config
+    from .extras.bundle import build_bundle, bundle_urls, load_config
 
     config = load_config()
     folder, archive = build_bundle(Path(args.out) if args.out else None, pack_url=args.pack_url,
@@ -88,7 +88,7 @@ def cmd_bundle(args) -> int:
     url, colab = bundle_urls(config, args.pack_url, args.colab_url)
     print(f"bundle: {folder} ({len(files)} files; checked: no solution block in any file)")
     print(f"zip:    {archive} ({archive.stat().st_size / 1e6:.1f} MB)")
-    print(f"pack URL in every setup cell: {url or '(none: set pack_url in grader/bundle.toml or pass --pack-url)'}")
+    print(f"pack URL in every setup cell: {url or '(none: set pack_url in grader/extras/bundle.toml or pass --pack-url)'}")
     print(f"Open in Colab links in the student README: {colab or '(none: pass --colab-url https://github.com/ORG/REPO/blob/BRANCH)'}")
     print(f"lecturer's notes (where to publish what): {archive.parent / 'LECTURER.md'}")
     return 0
@@ -305,7 +305,7 @@ def cmd_mutants(args) -> int:
 
 
 def cmd_tiers(args) -> int:
-    from .tiers import main as tiers_main
+    from .extras.tiers import main as tiers_main
 
     return tiers_main([args.folder] if args.folder else [])
 
@@ -331,10 +331,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("release", help="regenerate notebooks/ex01 from solutions/ex01")
     p = sub.add_parser("bundle", help="write the student bundle (folder and zip) under build/bundle")
     p.add_argument("--out", help="output folder (default build/bundle)")
-    p.add_argument("--pack-url", help="URL (or local path) of the zip for Colab setup cells (default: grader/bundle.toml)")
+    p.add_argument("--pack-url", help="URL (or local path) of the zip for Colab setup cells (default: grader/extras/bundle.toml)")
     p.add_argument("--colab-url", help="https://github.com/ORG/REPO/blob/BRANCH where you publish the bundle's folder "
                                        "and zip: Open in Colab links in its README, and the zip's link in the setup "
-                                       "cells when no pack URL is set (default: grader/bundle.toml)")
+                                       "cells when no pack URL is set (default: grader/extras/bundle.toml)")
     p = sub.add_parser("collect", help="import submissions from a folder")
     p.add_argument("path")
     p.add_argument("--times", action="append",

@@ -9,11 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from utils.hosted_install import without_pack_url
 from utils.notebook_cells import cell_source, grade_id, is_locked
 
 from . import ROOT
 from .audit import OUT_OF_MEMORY, Finding, summarise
-from .bundle import without_pack_url
 from .results import NotebookResult
 
 

@@ -40,7 +40,7 @@ from .seed import ensure_seed
 
 
 class StripRubrics(NbGraderPreprocessor):
-    """Drop the cells tagged ``rubric`` (grader/tiers.py) from a generated release."""
+    """Drop the cells tagged ``rubric`` (grader/extras/tiers.py) from a generated release."""
 
     def preprocess(self, nb, resources):
         data = json.loads(nbformat.writes(nb))

@@ -28,13 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from utils.notebook_cells import grade_id
+from utils.notebook_cells import RUBRIC_TAG, drop_rubrics, grade_id, rubric_cells
 
 from .fullrun import full_run_notebook
 from .pageclean import strip_active_outputs
 from .policy import Settings
 from .results import Job
-from .tiers import RUBRIC_TAG, rubric_cells, strip_rubrics
 
 
 @dataclass
@@ -79,12 +78,12 @@ def annotate_reports(nb: dict, ctx: StepContext) -> dict:
 
 
 def insert_rubrics(nb: dict, ctx: StepContext) -> dict:
-    """Each written answer's rubric (from the source notebook, grader/tiers.py) directly under the
+    """Each written answer's rubric (from the source notebook) directly under the
     student's answer, where the TA grades it in formgrader. Cells a student tagged ``rubric`` are dropped
     first; feedback drops every rubric cell again (pageclean.sanitise)."""
     rubrics = rubric_cells(ctx.source) if ctx.source is not None else {}
     cells = []
-    for cell in strip_rubrics(nb)["cells"]:
+    for cell in drop_rubrics(nb)["cells"]:
         cells.append(cell)
         gid = grade_id(cell)
         if gid in rubrics and cell.get("cell_type") == "markdown":

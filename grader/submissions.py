@@ -25,9 +25,9 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from utils.hosted_install import without_pack_url
 from utils.notebook_cells import cell_source, grade_id, is_graded, is_locked, nbgrader_meta
 
-from .bundle import without_pack_url
 
 MAX_NOTEBOOK_BYTES = 64 * 1024 ** 2
 MAX_CELLS = 5_000         # the assignment notebooks have under 100

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import bundle
-from grader.bundle import BUNDLE_NAME, build_bundle, leaks, solution_blocks, stamp_pack_url
+from grader.extras import bundle
+from grader.extras.bundle import BUNDLE_NAME, build_bundle, leaks, solution_blocks, stamp_pack_url
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.name for p in (REPO / "solutions" / "ex01").glob("*.ipynb"))
@@ -611,8 +611,8 @@ def test_the_bundle_names_only_files_it_ships(built, tmp_path):
     assert absent_paths(folder) == []
     planted = tmp_path / "planted"
     shutil.copytree(folder, planted)
-    (planted / "data" / "NOTES.md").write_text("See grader/bundle.toml, `tests/test_x.py` and utils/device.py.\n")
-    assert absent_paths(planted) == ["data/NOTES.md: grader/bundle.toml", "data/NOTES.md: tests/test_x.py"]
+    (planted / "data" / "NOTES.md").write_text("See grader/extras/bundle.toml, `tests/test_x.py` and utils/device.py.\n")
+    assert absent_paths(planted) == ["data/NOTES.md: grader/extras/bundle.toml", "data/NOTES.md: tests/test_x.py"]
 
 
 #: what the student's tools run without the bundle's code importing it (requirement: why it ships)

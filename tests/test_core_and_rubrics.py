@@ -1,7 +1,7 @@
 """The core path fits a week (a line and written-answer budget), extensions are optional and
 scored apart, and every written answer has a rubric the TA sees and the student never does.
 
-The conventions live in grader/tiers.py; these tests read them off the source notebooks."""
+The conventions live in grader/extras/tiers.py; these tests read them off the source notebooks."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from conftest import RELEASE, SOLUTIONS, graded_cells, solution_notebooks
 from fixtures.nbgrader_cells import answer, manual, md, tests as autograder_tests
 
-from grader import tiers
-from grader.bundle import solution_blocks
+from grader.extras import tiers
+from grader.extras.bundle import solution_blocks
 from grader.course import Course
 from grader.extras.export import gradebook_rows
 from grader.pageclean import sanitise

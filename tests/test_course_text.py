@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from conftest import RELEASE, SOLUTIONS
-from grader import tiers
+from grader.extras import tiers
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 FIGURES = README.parent / "docs" / "figures.md"   # the table "Figures quoted in the notebooks"

@@ -231,8 +231,8 @@ def test_mutant_file_follows_the_format(stem):
 
 
 def test_tiers_is_a_verb_of_the_command_line(capsys):
-    """``python -m grader tiers`` prints what ``python -m grader.tiers`` prints, with its exit code."""
-    from grader import tiers
+    """``python -m grader tiers`` prints what ``python -m grader.extras.tiers`` prints, with its exit code."""
+    from grader.extras import tiers
     from grader.__main__ import main
 
     code = main(["tiers"])

@@ -5,7 +5,7 @@ when the pack is missing and ``PACK_URL`` is set, fetches the bundle's zip and r
 bundle's PINNED requirements without building anything; with ``PACK_URL`` empty the cell says what the
 student and the lecturer should do.
 
-The slow tests run the bootstrap of a bundle made by ``grader.bundle.build_bundle`` in a fresh
+The slow tests run the bootstrap of a bundle made by ``grader.extras.bundle.build_bundle`` in a fresh
 ``python -m venv`` with setuptools and wheel uninstalled, as in hosted runtimes with no recent setuptools
 and no wheel, where the old bootstrap's ``pip install --no-build-isolation -e`` failed with ``invalid
 command 'bdist_wheel'``; with neither, it fails with ``No module named 'setuptools'``. Installing
@@ -67,7 +67,8 @@ def test_a_stamped_or_student_set_pack_url_is_no_setup_tampering(tmp_path):
     from conftest import SOLUTIONS
     from utils.hosted_install import SETUP_BOOTSTRAP
     from grader.audit_step import instructor_cells_as_released
-    from grader.bundle import PACK_URL_LINE, stamp_pack_url, without_pack_url
+    from grader.extras.bundle import stamp_pack_url
+    from utils.hosted_install import PACK_URL_LINE, without_pack_url
     from grader.mutants import student_copy
     from grader.submissions import prepare
 
@@ -148,7 +149,7 @@ def test_a_setup_cell_prints_at_most_three_lines(notebook, tmp_path):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     printed = (proc.stdout + proc.stderr).strip().splitlines()
     assert len(printed) <= SETUP_LINES, (f"{notebook}'s setup cell printed {len(printed)} lines, at most {SETUP_LINES} "
-                                         "(rewrite it: python -m grader.bundle --rewrite-setup):\n" + "\n".join(printed))
+                                         "(rewrite it: python -m grader.extras.bundle --rewrite-setup):\n" + "\n".join(printed))
     assert printed[0].startswith("Preset: smoke (set in the parameters cell; its ") and "print(cfg)" in printed[0], printed
     assert not any("namespace(" in line for line in printed), printed
 
@@ -194,7 +195,7 @@ def _wheel(folder: Path, name: str, version: str) -> Path:
 def hosted_pack(tmp_path_factory):
     """(zip, pins, wheels): a bundle made by build_bundle whose requirements.txt also pins the probe
     package at PINNED_PROBE, zipped as the lecturer's zip is; its pins; a folder with both probe wheels."""
-    from grader.bundle import BUNDLE_NAME, build_bundle
+    from grader.extras.bundle import BUNDLE_NAME, build_bundle
     from utils.hosted_install import pins
 
     out = tmp_path_factory.mktemp("hosted")
@@ -293,7 +294,7 @@ def test_colab_setup_cell_installs_the_pinned_pack_without_setuptools_or_wheel(h
     the pack, installs every pin (the probe goes from the runtime's 2.0 to the pinned 1.0; the torch
     pair is the runtime's, kept), imports utils.presets from the unpacked folder and runs to its end,
     in a runtime that cannot build a package; a notebook already unpacked there is left alone."""
-    from grader.bundle import BUNDLE_NAME
+    from grader.extras.bundle import BUNDLE_NAME
 
     archive, pinned, wheels = hosted_pack
     python, env = _hosted_runtime(tmp_path / "venv", colab=True, wheels=wheels)
@@ -352,7 +353,7 @@ def test_any_jupyter_with_pip_installs_the_pack_and_asks_for_a_restart_when_need
     again = _run_setup_cell(python, env, cell)
     assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
     assert again.stdout.startswith("Preset: smoke") and len(again.stdout.strip().splitlines()) <= SETUP_LINES + 1
-    from grader.bundle import BUNDLE_NAME
+    from grader.extras.bundle import BUNDLE_NAME
 
     assert "pip changed 0 of" in (Path(env["HOME"]) / BUNDLE_NAME / INSTALL_LOG).read_text()
     after = _versions(python, env, pinned)
@@ -364,7 +365,7 @@ def test_any_jupyter_with_pip_installs_the_pack_and_asks_for_a_restart_when_need
 def test_a_failing_pip_is_one_line_that_names_the_log(hosted_pack, tmp_path):
     """pip cannot install a pin (here: the probe's pinned version is nowhere to be found, as when the
     runtime is offline): the cell stops with one line that says what to do and where pip's output is."""
-    from grader.bundle import BUNDLE_NAME
+    from grader.extras.bundle import BUNDLE_NAME
 
     archive, _, wheels = hosted_pack
     python, env = _hosted_runtime(tmp_path / "venv", colab=True, wheels=wheels)

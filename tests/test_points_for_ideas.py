@@ -3,8 +3,8 @@
 * Every case whose text or comparator is about an interface convention (a dtype, a return type, a
   generator, the global random state, an input left unchanged, an error) is a "rule" (or a weightless
   "given" check) and names the convention in ``checks`` (grader/cases.py RULE_CHECKS).
-* The core's rule cases earn at most 10 % of its autograded points, computed by grader/tiers.py's own
-  :func:`~grader.tiers.core_rule_share`.
+* The core's rule cases earn at most 10 % of its autograded points, computed by grader/extras/tiers.py's own
+  :func:`~grader.extras.tiers.core_rule_share`.
 * Reweighting never moves points between cells: each core test cell's cases share exactly the cell's
   nbgrader points, and the comment above them in grader/checks/<stem>.py says those points.
 * The core notebooks' student release holds at most 8,500 words of markdown (counted from the files).
@@ -19,7 +19,8 @@ import re
 
 import pytest
 
-from grader import ROOT, tiers
+from grader import ROOT
+from grader.extras import tiers
 from grader.cases import RULE_CHECKS, Case, case_kind, rule_check
 from grader.compare import expect_raises, expect_same
 from grader.judge import load_cases

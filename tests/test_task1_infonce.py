@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from conftest import RELEASE, SOLUTIONS
 from references import task1_infonce as refs
 
-from grader import tiers
+from grader.extras import tiers
 from grader.judge import case_kind, load_cases
 
 STEM = "task1_infonce"

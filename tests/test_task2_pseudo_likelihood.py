@@ -21,7 +21,8 @@ import torch
 from conftest import SOLUTIONS
 from references import task2_pseudo_likelihood as task2_refs
 
-from grader import ROOT, tiers
+from grader import ROOT
+from grader.extras import tiers
 from grader.judge import load_cases, points_per_test_cell, sweep
 
 NOTEBOOK = SOLUTIONS / "task2_pseudo_likelihood.ipynb"

@@ -755,7 +755,7 @@ def test_hollow_answers_score_nothing_on_any_core_test_cell(tmp_path):
 
     from grader.judge import points_per_test_cell, sweep
     from grader.mutants import student_copy
-    from grader.tiers import grade_tiers
+    from grader.extras.tiers import grade_tiers
 
     from conftest import RELEASE
 

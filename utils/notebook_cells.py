@@ -163,6 +163,13 @@ def drop_rubrics(nb: dict) -> dict:
     return nb
 
 
+def rubric_cells(nb) -> dict[str, str]:
+    """{grade_id of a written answer: the markdown of the rubric cell directly under it} of ``nb``."""
+    cells = notebook_cells(nb)
+    return {nbgrader_meta(c)["grade_id"]: cell_source(cells[i + 1]) for i, c in enumerate(cells)
+            if is_written_answer(c) and i + 1 < len(cells) and is_rubric(cells[i + 1])}
+
+
 def run_cells(notebook, grade_ids, namespace: dict | None = None) -> dict:
     """Execute the code cells of ``notebook`` (a path or a dict) whose grade_id is in ``grade_ids``, in
     notebook order, into ``namespace`` (a new dict by default), and return it: e.g. a solution's function

@@ -16,7 +16,7 @@ from nbgrader.api import Gradebook, MissingEntry, SolutionCell
 
 from ..course import COURSE_ID, Course, printable, shown, valid_student_id, write_csv
 from .deadlines import LATE_FIELDS, apply_to_rows, record_in_gradebook
-from ..tiers import grade_tiers
+from .tiers import grade_tiers
 
 FIELDS = ["student_id", "name", "status", "reason", "score", "max_score", "core_score", "core_max",
           "extension_score", "extension_max", "autograded_score", "autograded_max", "manual_score",

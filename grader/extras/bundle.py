@@ -18,12 +18,12 @@ Nothing from ``solutions/``, ``grader/``, ``tests/`` or ``benchmarks/`` is copie
 that no five consecutive lines of any solution block appear in any file of the bundle.
 
 The pack URL (where hosted notebooks such as Google Colab fetch the zip) is set in ONE place,
-``grader/bundle.toml``, or per run with ``--pack-url``. ``--colab-url https://github.com/ORG/REPO/blob/BRANCH``
+``grader/extras/bundle.toml``, or per run with ``--pack-url``. ``--colab-url https://github.com/ORG/REPO/blob/BRANCH``
 (or ``colab_url`` there) names the GitHub repository and branch where the lecturer publishes the bundle's
 folder and its zip: the bundle's README then lists an "Open in Colab" link per notebook, and the setup cells
 fetch the zip from that branch unless a pack URL is set.
 
-``python -m grader.bundle --rewrite-setup [NOTEBOOK_DIR]`` rewrites the setup cell of every source notebook
+``python -m grader.extras.bundle --rewrite-setup [NOTEBOOK_DIR]`` rewrites the setup cell of every source notebook
 (solutions/ex01 by default) to the quiet form :func:`quiet_setup_source` describes, and nothing else.
 """
 
@@ -48,15 +48,16 @@ from pathlib import Path
 import nbformat
 from nbgrader.utils import compute_checksum
 
-from utils.hosted_install import with_setup_bootstrap
+from utils.hosted_install import PACK_URL_LINE, with_setup_bootstrap
 from utils.notebook_cells import cell_source, grade_id, is_rubric, nbgrader_meta, read_notebook, write_notebook_json
 
-from . import ASSIGNMENT, GRADER_DIR, ROOT
-from .release import generate_release
+from .. import ASSIGNMENT, ROOT
+from ..release import generate_release
 
 BUNDLE_NAME = f"{ASSIGNMENT}-student"
-CONFIG = GRADER_DIR / "bundle.toml"
-TEMPLATES = GRADER_DIR / "bundle_files"
+HERE = Path(__file__).resolve().parent
+CONFIG = HERE / "bundle.toml"
+TEMPLATES = HERE / "bundle_files"
 #: Staff-only: the test tools, and lm-evaluation-harness and datasets (only the tests and benchmarks
 #: compare against them; lm_eval also pulls sqlitedict, an sdist whose build prints setuptools warnings
 #: during the student's install), copydetect (``python -m grader similarity``) and seaborn (the tests compare
@@ -68,15 +69,13 @@ STAFF_ONLY_REQUIREMENTS = ("pytest", "pytest-xdist", "playwright", "lm_eval", "d
 HIDDEN_NBGRADER_PLUGINS = ("assignment-list", "course-list", "formgrader", "create-assignment", "menu")
 #: ... and their server halves (formgrader's would warn that the course root is not under the server root)
 HIDDEN_NBGRADER_SERVER_EXTENSIONS = ("formgrader", "assignment_list", "course_list")
-#: The line of every setup cell that the bundle rewrites (see :func:`stamp_pack_url`).
-PACK_URL_LINE = re.compile(r'^(?P<indent>\s*)PACK_URL = "[^"\n]*"', re.MULTILINE)
 #: Data that never ships: CIFAR-10 (the students' own download) and caches.
 DATA_EXCLUDED = ("cifar-10-batches-py", "cache")
 
 
 @dataclass(frozen=True)
 class BundleConfig:
-    """``grader/bundle.toml``: ``pack_url`` (the zip's public URL, or a local path; "" = not set) and
+    """``grader/extras/bundle.toml``: ``pack_url`` (the zip's public URL, or a local path; "" = not set) and
     ``colab_url`` (``https://github.com/ORG/REPO/blob/BRANCH``, optionally ``/FOLDER``: where the bundle's
     folder and zip are published, for "Open in Colab" links; "" = none)."""
 
@@ -90,7 +89,7 @@ GITHUB_URL = re.compile(r"https://github\.com/(?P<repo>[\w.-]+/[\w.-]+)/(?:blob|
 
 
 def load_config(path: Path = CONFIG) -> BundleConfig:
-    """Read ``grader/bundle.toml`` (missing file: all defaults). Unknown keys raise ``ValueError``."""
+    """Read ``grader/extras/bundle.toml`` (missing file: all defaults). Unknown keys raise ``ValueError``."""
     if not path.exists():
         return BundleConfig()
     data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -110,12 +109,6 @@ def stamp_pack_url(source: str, url: str) -> str:
     if not PACK_URL_LINE.search(source):
         raise ValueError('no `PACK_URL = "..."` line in this setup cell')
     return PACK_URL_LINE.sub(lambda m: f'{m["indent"]}PACK_URL = "{url}"', source, count=1)
-
-
-def without_pack_url(source: str) -> str:
-    """``source`` with any ``PACK_URL = "..."`` line reset to ``""``: the one line of a locked setup
-    cell that differs between the release and a bundle (tamper checks compare cells through this)."""
-    return PACK_URL_LINE.sub(lambda m: f'{m["indent"]}PACK_URL = ""', source)
 
 
 def colab_publication(colab_url: str) -> tuple[str, str]:
@@ -257,7 +250,7 @@ def _server_config() -> str:
 
 def bundle_urls(config: BundleConfig, pack_url: str | None = None, colab_url: str | None = None) -> tuple[str, str]:
     """``(pack_url, colab_url)`` of a build: each option (``None``: not given) overrides
-    ``grader/bundle.toml``; with a Colab URL and no pack URL anywhere, the zip published beside it."""
+    ``grader/extras/bundle.toml``; with a Colab URL and no pack URL anywhere, the zip published beside it."""
     colab = config.colab_url if colab_url is None else colab_url
     url = config.pack_url if pack_url is None else pack_url
     if colab and not url:
@@ -271,7 +264,7 @@ def build_bundle(out: Path | None = None, *, pack_url: str | None = None, colab_
                  config: BundleConfig | None = None) -> tuple[Path, Path]:
     """Write the student bundle. Returns ``(folder, zip)``: ``out/ex01-student`` and its zip.
 
-    ``pack_url`` and ``colab_url`` override ``grader/bundle.toml``'s (``None``: use the file's; see
+    ``pack_url`` and ``colab_url`` override ``grader/extras/bundle.toml``'s (``None``: use the file's; see
     :func:`bundle_urls`). The folder is rebuilt from scratch; the zip holds it under one top-level folder
     ``ex01-student/``."""
     config = config or load_config()
@@ -336,7 +329,7 @@ def _lecturer_notes(folder: Path, archive: Path, url: str, colab: str, links: li
              f"- Folder: `{folder}`", f"- Zip: `{archive}` (upload it where students can download it)",
              f"- Pack URL written into every setup cell: "
              f"`{url or '(none: on a hosted notebook, students must upload the zip and set PACK_URL themselves)'}`"
-             " (set it once in `grader/bundle.toml`, or `python -m grader bundle --pack-url URL`)", ""]
+             " (set it once in `grader/extras/bundle.toml`, or `python -m grader bundle --pack-url URL`)", ""]
     if links:
         lines += ["## Open in Colab", "",
                   f"Publish at {colab}: the contents of `{folder}` and `{archive.name}` beside them (e.g. clone the "
@@ -344,7 +337,7 @@ def _lecturer_notes(folder: Path, archive: Path, url: str, colab: str, links: li
         lines += [f"- [{Path(link).name}]({link})" for link in links]
     else:
         lines += ["No \"Open in Colab\" links: `python -m grader bundle --colab-url https://github.com/ORG/REPO/blob/BRANCH` "
-                  "(or `colab_url` in `grader/bundle.toml`), where you publish this folder and its zip, writes one per "
+                  "(or `colab_url` in `grader/extras/bundle.toml`), where you publish this folder and its zip, writes one per "
                   "notebook into the student README (and the zip's link into the setup cells when no pack URL is set)."]
     return "\n".join(lines) + "\n"
 
@@ -390,7 +383,7 @@ def solution_blocks(solutions: Path | None = None) -> list[tuple[str, str, list[
             src = cell_source(cell)
             kind = "code" if cell.get("cell_type") == "code" else "prose"
             norm = _normalise if kind == "code" else _prose
-            if is_rubric(cell):   # a TA's rubric (grader/tiers.py): all of it is secret
+            if is_rubric(cell):   # a TA's rubric (grader/extras/tiers.py): all of it is secret
                 lines = [n for n in (_prose(raw) for raw in src.splitlines()) if n]
                 if lines:
                     blocks.append((f"{nb.name} cell {index} (rubric)", "prose", lines))
@@ -453,11 +446,11 @@ def leaks(folder: Path, solutions: Path | None = None, window: int = WINDOW) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m grader.bundle --rewrite-setup [NOTEBOOK_DIR ...]``: :func:`rewrite_setup_cells`."""
+    """``python -m grader.extras.bundle --rewrite-setup [NOTEBOOK_DIR ...]``: :func:`rewrite_setup_cells`."""
 
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] != "--rewrite-setup":
-        print("usage: python -m grader.bundle --rewrite-setup [NOTEBOOK_DIR ...]  (default solutions/ex01; "
+        print("usage: python -m grader.extras.bundle --rewrite-setup [NOTEBOOK_DIR ...]  (default solutions/ex01; "
               "the bundle itself: python -m grader bundle)", file=sys.stderr)
         return 2
     for folder in args[1:] or [None]:

@@ -15,7 +15,7 @@ autograded copy, where ``autograde`` puts each rubric under the answer it grades
 **The core proxy.** The issue's stand-in for "the core fits 8 hours": at most :data:`MAX_CORE_LINES`
 non-blank, non-comment lines between solution markers over all core answer cells, and at most
 :data:`MAX_CORE_WRITTEN` core written answers; the student reads at most :data:`MAX_CORE_MARKDOWN_WORDS`
-words of markdown in the core notebooks' release. ``python -m grader.tiers`` prints the table.
+words of markdown in the core notebooks' release. ``python -m grader.extras.tiers`` prints the table.
 
 **Points follow ideas.** Each core test cell's points are split over its judge cases by weight; a case's
 kind says what it checks (grader/cases.py CASE_KINDS): the core's "rule" cases (an interface convention:
@@ -32,9 +32,9 @@ from pathlib import Path
 
 from grader.cases import RULE_CHECKS, rule_check
 from grader.judge import CASE_KINDS, case_kind, function_of, load_cases, main_cases, value_gates
-from . import ROOT
-from utils.notebook_cells import EXTENSION_TAG, RUBRIC_TAG, cell_source, drop_rubrics, is_extension, \
-    is_rubric, is_written_answer, nbgrader_meta, notebook_cells  # noqa: F401 - EXTENSION_TAG, is_rubric: re-exported
+from .. import ROOT
+from utils.notebook_cells import EXTENSION_TAG, RUBRIC_TAG, cell_source, is_extension, is_rubric, \
+    is_written_answer, nbgrader_meta, notebook_cells, rubric_cells  # noqa: F401 - EXTENSION_TAG, rubric_cells: re-exported
 
 MAX_CORE_LINES = 150
 MAX_CORE_WRITTEN = 11
@@ -217,16 +217,6 @@ def rubric_problems(nb) -> list[str]:
         if is_rubric(cell) and nbgrader_meta(cell):
             problems.append(f"cell {i}: a rubric cell must not be an nbgrader cell")
     return problems
-
-
-def rubric_cells(nb) -> dict[str, str]:
-    """{grade_id of the written answer: rubric markdown} of ``nb``."""
-    cells = notebook_cells(nb)
-    return {nbgrader_meta(c)["grade_id"]: cell_source(cells[i + 1]) for i, c in enumerate(cells)
-            if is_written_answer(c) and i + 1 < len(cells) and is_rubric(cells[i + 1])}
-
-
-strip_rubrics = drop_rubrics   # ``nb`` without its rubric cells (in place; returned for chaining)
 
 
 def main(argv: list[str] | None = None) -> int:
