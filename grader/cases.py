@@ -103,3 +103,19 @@ def function_tables(cases, borrows: dict | None = None) -> tuple[dict, dict]:
         main.setdefault(fn, []).extend(p for other in others for p in main[other])
     return ({fn: tuple(probes) for fn, probes in functions.items()},
             {fn: tuple(main[fn]) for fn in functions if main.get(fn)})
+
+
+def declared_cases(probes: dict, comparators: dict) -> list[Case]:
+    """The cases the probes declare (``@probe(cell, says, check, ...)`` in grader/probes/<stem>.py), in their
+    order, each ``check`` (a comparator's name) looked up in ``comparators`` (the checks module's globals).
+    Raises ``ValueError`` for a name that is not a comparator there."""
+    cases = []
+    for name, probe in probes.items():
+        for fields in probe.cases:
+            fields = dict(fields)
+            key = fields.pop("check")
+            check = comparators.get(key)
+            if not callable(check):
+                raise ValueError(f"{name}: no comparator {key!r} in the checks module")
+            cases.append(Case(fields.pop("cell"), name, fields.pop("says"), check, **fields))
+    return cases

@@ -264,7 +264,7 @@ def test_benchmarks_import_neither_the_tests_nor_the_command_line():
 
 
 def test_the_case_tables_import_an_api_not_the_engine():
-    """grader/checks/<stem>.py declare cases (grader/cases.py) and compare values (grader/compare.py);
+    """grader/checks/<stem>.py derive cases (grader/cases.py) and compare values (grader/compare.py);
     they never import the judge's engine, so a change there cannot reach a case table."""
     offenders = []
     for path in sorted((ROOT / "grader" / "checks").glob("*.py")):
@@ -521,22 +521,32 @@ def suite_meters_outside(root: Path = ROOT) -> list[str]:
             if re.search(r"^def pytest_|pack\.sh test", p.read_text(encoding="utf-8"), re.M)]
 
 
-def defined_probes(path: Path) -> set[str]:
-    """The probes ``path`` (grader/probes/<stem>.py) defines: every function under ``@probe(...)``, by its name
-    or the decorator's ``name=``."""
-    found = set()
-    for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        for dec in getattr(fn, "decorator_list", []) if isinstance(fn, ast.FunctionDef) else []:
-            if isinstance(dec, ast.Call) and getattr(dec.func, "id", None) == "probe":
-                named = [k.value.value for k in dec.keywords if k.arg == "name" and isinstance(k.value, ast.Constant)]
-                found.add(named[0] if named else fn.name)
-    return found
+def probe_declarations(path: Path) -> dict[str, list[ast.Call]]:
+    """{probe: its ``@probe(...)`` decorators} of ``path`` (grader/probes/<stem>.py): a probe and its cases."""
+    return {fn.name: [d for d in fn.decorator_list
+                      if isinstance(d, ast.Call) and getattr(d.func, "id", None) == "probe"]
+            for fn in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(fn, ast.FunctionDef)}
+
+
+def module_names(tree: ast.Module) -> set[str]:
+    """The names a module binds at its top level: assignments, definitions, imports."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names |= {t.id for t in ast.walk(target) if isinstance(t, ast.Name)}
+    return names
 
 
 def case_table_problems(root: Path = ROOT) -> list[str]:
-    """One declaration per case: a checks module sets ``FUNCTIONS`` and ``MAIN`` only as
-    ``function_tables(CASES)`` derives them (never by hand: a dict, an entry, a default), and every case names a
-    probe that grader/probes/<stem>.py defines."""
+    """One declaration per case: a case is declared once, by its probe (``@probe(cell, says, check, ...)`` in
+    grader/probes/<stem>.py); its checks module derives ``CASES = declared_cases(PROBES, globals())`` and
+    ``FUNCTIONS, MAIN = function_tables(CASES)`` (never by hand: a ``Case(...)``, a dict, an entry, a default);
+    every comparator a probe names is a name of the checks module, every probe a case requires is defined."""
     problems = []
     for path in sorted((root / "grader" / "checks").glob("*.py")):
         if path.stem == "__init__":
@@ -548,20 +558,26 @@ def case_table_problems(root: Path = ROOT) -> list[str]:
                 [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
             flat = [t for target in targets for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
             named = {getattr(t.value if isinstance(t, ast.Subscript) else t, "id", None) for t in flat}
-            derived = isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
-                and getattr(node.value.func, "id", None) == "function_tables"
-            if named & {"FUNCTIONS", "MAIN"} and not derived:
-                problems.append(f"{rel}:{node.lineno}: sets FUNCTIONS or MAIN by hand (Case(..., function=, main=True) "
-                                "and FUNCTIONS, MAIN = function_tables(CASES))")
+            call = getattr(getattr(node, "value", None), "func", None) if isinstance(node, ast.Assign) else None
+            if named & {"FUNCTIONS", "MAIN"} and getattr(call, "id", None) != "function_tables":
+                problems.append(f"{rel}:{node.lineno}: sets FUNCTIONS or MAIN by hand (FUNCTIONS, MAIN = "
+                                "function_tables(CASES))")
+            if "CASES" in named and getattr(call, "id", None) != "declared_cases":
+                problems.append(f"{rel}:{node.lineno}: sets CASES by hand (CASES = declared_cases(PROBES, globals()))")
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Case":
+                problems.append(f"{rel}:{node.lineno}: declares a case by hand (its probe declares it: @probe(...))")
         probes_path = root / "grader" / "probes" / f"{path.stem}.py"
-        defined = defined_probes(probes_path) if probes_path.exists() else set()
-        for call in ast.walk(tree):
-            if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "Case":
-                probe = call.args[1] if len(call.args) > 1 else \
-                    next((k.value for k in call.keywords if k.arg == "probe"), None)
-                if isinstance(probe, ast.Constant) and probe.value not in defined:
-                    problems.append(f"{rel}:{call.lineno}: case {probe.value!r}: no such probe in "
-                                    f"grader/probes/{path.stem}.py")
+        declared = probe_declarations(probes_path) if probes_path.exists() else {}
+        comparators = module_names(tree)
+        for probe, decorators in declared.items():
+            for dec in decorators:
+                check = dec.args[2] if len(dec.args) > 2 else None
+                if not (isinstance(check, ast.Constant) and check.value in comparators):
+                    problems.append(f"grader/probes/{path.stem}.py:{dec.lineno}: {probe}: the check "
+                                    f"{getattr(check, 'value', None)!r} is no name of {rel}")
+                for keyword in (k for k in dec.keywords if k.arg == "requires"):
+                    problems += [f"grader/probes/{path.stem}.py:{dec.lineno}: {probe} requires {r.value!r}: no such "
+                                 "probe" for r in getattr(keyword.value, "elts", []) if r.value not in declared]
     return problems
 
 
@@ -634,7 +650,11 @@ def planted_tree(tmp_path: Path, files: dict[str, str]) -> Path:
     (case_table_problems, {"grader/checks/task1_infonce.py": "\nMAIN = {'nce_loss': ('nce_values',)}\n"}),
     (case_table_problems, {"grader/checks/task1_infonce.py": "\nMAIN['nce_loss'] = ('nce_values',)\n"}),
     (case_table_problems, {"grader/checks/task1_infonce.py":
-                           "\nCASES += [Case('test_nce_loss', 'nce_valeus', 'a typo', LOSS)]\n"}),
+                           "\nCASES += [Case('test_nce_loss', 'nce_values', 'declared again', LOSS)]\n"}),
+    (case_table_problems, {"grader/probes/task1_infonce.py":
+                           "\n@probe('test_nce_loss', 'a typo', 'LOSSS')\ndef nce_more(ns, gen):\n    return 0\n"}),
+    (case_table_problems, {"grader/probes/task1_infonce.py": "\n@probe('test_nce_loss', 'a typo', 'LOSS', "
+                           "requires=('nce_valeus',))\ndef nce_more(ns, gen):\n    return 0\n"}),
     (probe_api_problems, {"grader/probes/task1_infonce.py": "\nfrom grader.probe import attempt\n"}),
     (probe_api_problems, {"grader/probes/__init__.py": "\ndef f():\n    from grader import judge\n"}),
 ])

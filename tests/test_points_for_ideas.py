@@ -6,7 +6,7 @@
 * The core's rule cases earn at most 10 % of its autograded points, computed by grader/extras/tiers.py's own
   :func:`~grader.extras.tiers.core_rule_share`.
 * Reweighting never moves points between cells: each core test cell's cases share exactly the cell's
-  nbgrader points, and the comment above them in grader/checks/<stem>.py says those points.
+  nbgrader points, and the comment above them in grader/probes/<stem>.py says those points.
 * The core notebooks' student release holds at most 8,500 words of markdown (counted from the files).
 
 Each test first shows on a planted input that it can fail.
@@ -122,7 +122,7 @@ def test_the_interface_scan_catches_planted_cases():
 @pytest.mark.parametrize("stem", STEMS)
 def test_every_case_about_an_interface_convention_is_a_rule(stem):
     problems = mis_kinded(load_cases(stem))
-    assert not problems, f"grader/checks/{stem}.py:\n" + "\n".join(problems)
+    assert not problems, f"grader/probes/{stem}.py:\n" + "\n".join(problems)
 
 
 def test_a_rule_tag_is_one_of_the_conventions_and_makes_a_rule():
@@ -181,12 +181,12 @@ def test_interface_rules_weigh_at_most_a_tenth_of_the_core():
 
 # ------------------------------------------------------------------------------ cell points
 _CELL_COMMENT = re.compile(r"#.*\bthe test cell's (?P<points>[0-9.]+) points?\b")
-_CASE_CELL = re.compile(r"Case\(\s*\"(?P<cell>[A-Za-z0-9_]+)\"")
+_CASE_CELL = re.compile(r"@probe\(\s*\"(?P<cell>[A-Za-z0-9_]+)\"")
 
 
 def declared_cell_points(source: str) -> dict[str, float]:
-    """{test cell: points} from the comments "...: the test cell's N points" of a checks module: each comment
-    holds for the cell of the first Case after it."""
+    """{test cell: points} from the comments "...: the test cell's N points" of a probes module: each comment
+    holds for the cell of the first case declared after it (``@probe("<cell>", ...)``)."""
     out, pending = {}, None
     for line in source.splitlines():
         m = _CELL_COMMENT.search(line)
@@ -221,8 +221,8 @@ def cell_point_problems(nb, cases, declared: dict[str, float]) -> list[str]:
 
 def test_the_cell_point_check_can_fail():
     nb = _notebook([_test_cell("test_f", 3), _test_cell("test_g", 2)])
-    source = ('    # f: the test cell\'s 3 points, shared by the weights below\n    Case("test_f", "f_values", ...)\n'
-              '    # g: the test cell\'s 4 points\n    Case("test_g", "g_values", ...)\n')
+    source = ('# f: the test cell\'s 3 points, shared by the weights below\n@probe("test_f", "f_values", ...)\n'
+              '# g: the test cell\'s 4 points\n@probe("test_g", "g_values", ...)\n')
     declared = declared_cell_points(source)
     assert declared == {"test_f": 3.0, "test_g": 4.0}
     cases = [Case("test_f", "f_values", "values", _equal, weight=2),
@@ -237,15 +237,15 @@ def test_the_cell_point_check_can_fail():
 @pytest.mark.parametrize("stem", STEMS)
 def test_every_test_cell_shares_exactly_its_points(stem):
     """Weights are shares: whatever the reweighting, each test cell's cases share exactly the points its
-    nbgrader metadata gives (which only the notebook sets), as the checks module's comments say."""
-    source = (ROOT / "grader" / "checks" / f"{stem}.py").read_text()
+    nbgrader metadata gives (which only the notebook sets), as the probes module's comments say."""
+    source = (ROOT / "grader" / "probes" / f"{stem}.py").read_text()
     declared = declared_cell_points(source)
     nb = SOLUTIONS / f"{stem}.ipynb"
     problems = cell_point_problems(nb, load_cases(stem), declared)
     test_cells = {nbgrader_meta(c)["grade_id"] for c in notebook_cells(nb)
                   if nbgrader_meta(c).get("grade") and c.get("cell_type") == "code"}
     problems += [f"{cell}: no comment says its points" for cell in sorted(test_cells - set(declared))]
-    assert not problems, f"grader/checks/{stem}.py:\n" + "\n".join(problems)
+    assert not problems, f"grader/probes/{stem}.py:\n" + "\n".join(problems)
 
 
 # ------------------------------------------------------------------------------ the words

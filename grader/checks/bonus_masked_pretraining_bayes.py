@@ -1,10 +1,10 @@
 """The judge's cases for the bonus (masked pre-training and the marginal likelihood of PPCA),
 compared outside the sandbox.
 
-Each case names a probe of grader/probes/bonus_masked_pretraining_bayes.py and says, in the words of
-the task text, what it checks. Deterministic values (log p(x), the Gaussian conditional, gradients)
-are compared with the solution's value from the same probe. The Monte-Carlo estimates are compared
-with exact values computed here from the probe's inputs, by references deliberately computed
+Each case is declared by its probe in grader/probes/bonus_masked_pretraining_bayes.py (where it says, in the words
+of the task text, what it checks); this module holds the comparators it names. Deterministic values (log p(x), the
+Gaussian conditional, gradients) are compared with the solution's value from the same probe. The Monte-Carlo
+estimates are compared with exact values computed here from the probe's inputs, by references deliberately computed
 *differently* from the way the notebook asks students to do it:
 
 - log p(x) comes from SciPy's multivariate normal (float64 NumPy), not from a Cholesky in torch;
@@ -29,7 +29,8 @@ from scipy.stats import multivariate_normal
 from grader.compare import (SE_RATIO_RANGE, as_numpy64, as_returned, as_scalar_float, describe, expect_raises,
                             expect_same, global_states_moved)
 from grader.evidence import Raised
-from grader.cases import Case, function_tables
+from grader.cases import declared_cases, function_tables
+from grader.probes.bonus_masked_pretraining_bayes import PROBES
 
 DTYPE = torch.float64
 
@@ -304,64 +305,14 @@ def check_objective_standard_error(got, ref) -> None:
 check_generator.draws = ("same seed", "other seed")
 check_global_state.draws = ("global state",)
 
-# Weights are shares, not points: a comment "name: the test cell's N points" gives the points of the test
-# cell the cases under it belong to, and a case earns its weight's share of them (grader/judge.py: points x
-# passed weight / total weight of the cell). A cell of 1 point with weights 2 and 1 gives 2/3 and 1/3.
-CASES = [
-    # ppca_log_marginal: the test cell's 2 points, shared by the weights below
-    Case("test_ppca_log_marginal", "lm_batch",
-         "log p(x) = log N(x; mu, W W^T + sigma2 I), one multivariate normal, for x (N, D) -> (N,) float64",
-         check_log_marginal, weight=2, main=True),
-    Case("test_ppca_log_marginal", "lm_single", "a single x (D,) gives a 0-d tensor", check_single_log_marginal,
-         kind="rule", checks="input form"),
-    Case("test_ppca_log_marginal", "lm_gradient", "gradients reach W, mu and sigma2 (everything in torch)", GRAD),
-    Case("test_ppca_log_marginal", "lm_rejects_shapes", "a ValueError when W, mu and x disagree in shape",
-         expect_raises("ValueError"), kind="rule", checks="raises"),
-    # gaussian_conditional: the test cell's 3 points, shared by the weights below
-    Case("test_gaussian_conditional", "gc_values",
-         "mean mu_M + S_MR S_RR^-1 (x_R - mu_R) and Schur-complement covariance S_MM - S_MR S_RR^-1 S_RM, "
-         "for x (N, D)", check_conditional, weight=2, main=True),
-    Case("test_gaussian_conditional", "gc_order", "outputs in the order of masked_idx", check_conditional),
-    Case("test_gaussian_conditional", "gc_single", "a single x (D,) gives cond_mean (m,)", check_conditional,
-         kind="rule", checks="input form"),
-    Case("test_gaussian_conditional", "gc_all_masked", "R empty (everything masked): the marginal N(mu_M, S_MM)",
-         check_conditional, kind="property"),
-    Case("test_gaussian_conditional", "gc_rejects_shapes", "a ValueError for inconsistent shapes",
-         expect_raises("ValueError"), kind="rule", checks="raises"),
-    Case("test_gaussian_conditional", "gc_rejects_indices", "a ValueError for indices out of range or repeated",
-         expect_raises("ValueError"), kind="rule", checks="raises"),
-    # masked_score: the test cell's 3 points, shared by the weights below
-    Case("test_masked_score", "ms_estimate",
-         "S(x; m) estimated by (1/m) sum_{j in M} log p(x_j | x_R) over uniform masks of size m (within 4 "
-         "standard errors of the exact value)", check_score_estimates, weight=2, main=True),
-    Case("test_masked_score", "ms_standard_error",
-         "standard error = sample standard deviation of the per-mask values / sqrt(n_masks)",
-         check_score_standard_errors),
-    Case("test_masked_score", "ms_batch", "x (N, D): each mask's value averaged over the N rows",
-         check_score_estimates, main=True),
-    Case("test_masked_score", "ms_full_mask", "m = D: the mean marginal log-density, exactly, two 0-d tensors",
-         check_full_mask, kind="property"),
-    Case("test_masked_score", "ms_gradient", "the estimate stays differentiable in W, mu and sigma2", GRAD),
-    Case("test_masked_score", "ms_generator", "masks drawn with `generator`: the same seed reproduces the estimate",
-         check_generator, kind="rule", checks="generator"),
-    Case("test_masked_score", "ms_global_state",
-         "masks drawn with `generator` (torch.randperm(D, generator=generator)): the global random state is left "
-         "alone", check_global_state, requires=("ms_estimate", "ms_batch"), kind="rule", checks="global state"),
-    Case("test_masked_score", "ms_rejects_m", "a ValueError unless 1 <= m <= D", expect_raises("ValueError"),
-         requires=("ms_estimate", "ms_batch"), kind="rule", checks="raises"),
-    # masked_pretraining_objective: the test cell's 2 points, shared by the weights below
-    Case("test_masked_pretraining_objective", "mo_estimate",
-         "Proposition 1: sum over m = 1..D of S(x; m) lands within four true standard errors of log p(x)",
-         check_objective_estimate, weight=2, main=True),
-    Case("test_masked_pretraining_objective", "mo_standard_error",
-         "standard error of the sum = sqrt(sum_m SE_m^2), two 0-d tensors", check_objective_standard_error, main=True),
-    Case("test_masked_pretraining_objective", "mo_generator",
-         "your estimates of (d), masks drawn with `generator`: the same seed reproduces the sum, another seed "
-         "gives another", check_generator, kind="rule", checks="generator"),
-    Case("test_masked_pretraining_objective", "mo_global_state",
-         "your estimates of (d), masks drawn with `generator`: the global random state is left alone",
-         check_global_state, requires=("mo_estimate", "mo_standard_error"), kind="rule", checks="global state"),
-]
+
+# Comparators the probes name, besides those above.
+RAISES_VALUE_ERROR = expect_raises("ValueError")
+
+# Each case is declared by its probe (grader/probes/bonus_masked_pretraining_bayes.py:
+# @probe(cell, says, check, ...)), which names its comparator here: a case's weight is its share of its test
+# cell's points.
+CASES = declared_cases(PROBES, globals())
 
 # What each function computes on ordinary inputs: the value cases that gate its other cases (grader/judge.py
 # value_gates). Edge-case values (the order of masked_idx) stand alone; a single x is an input form (a rule).

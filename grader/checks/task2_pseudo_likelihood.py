@@ -1,17 +1,17 @@
 """The judge's cases for Task 2 (pseudo-likelihood), compared outside the sandbox.
 
-Each case names a probe of grader/probes/task2_pseudo_likelihood.py and says, in the words of the task
-text, what it checks. Deterministic functions are compared with the solution's value from the same probe
-(tolerances that accept float64 inside and batched against unbatched forward passes); the randomised
-ones (``single_index_estimate``, ``bert_mask``) by their distribution: every value is a possible one and the
-draws are uniform (a fixed position fails), the selection rate is q and the outcomes 80/10/10 within five
-standard errors in every quarter of the rows and of the columns (a rule applied in reading order fails), and
-a second, differently seeded call draws afresh (a fixed pattern fails). Interface conventions are "rule"
-cases with a small share (grader/cases.py RULE_CHECKS): generator hygiene (a seeded call is reproducible,
-another seed gives other draws, the global random states of torch, NumPy and ``random`` are left alone), a
-dtype kept, a 0-dim tensor accepted for a float, one sequence for a batch, untouched inputs; batching, one
-forward pass, no_grad and the q edges are "property" cases: neither earns anything unless the function's
-main value cases pass (grader/judge.py).
+Each case is declared by its probe in grader/probes/task2_pseudo_likelihood.py (where it says, in the words of the
+task text, what it checks); this module holds the comparators it names. Deterministic functions are compared with
+the solution's value from the same probe (tolerances that accept float64 inside and batched against unbatched
+forward passes); the randomised ones (``single_index_estimate``, ``bert_mask``) by their distribution: every value
+is a possible one and the draws are uniform (a fixed position fails), the selection rate is q and the outcomes
+80/10/10 within five standard errors in every quarter of the rows and of the columns (a rule applied in reading
+order fails), and a second, differently seeded call draws afresh (a fixed pattern fails). Interface conventions are
+"rule" cases with a small share (grader/cases.py RULE_CHECKS): generator hygiene (a seeded call is reproducible,
+another seed gives other draws, the global random states of torch, NumPy and ``random`` are left alone), a dtype
+kept, a 0-dim tensor accepted for a float, one sequence for a batch, untouched inputs; batching, one forward pass,
+no_grad and the q edges are "property" cases: neither earns anything unless the function's main value cases pass
+(grader/judge.py).
 
 The independent float64 references (one masked copy or one prefix per forward pass) that
 tests/test_task2_pseudo_likelihood.py checks the solution against are in tests/references/task2_pseudo_likelihood.py.
@@ -26,7 +26,8 @@ import torch
 from grader.compare import (SIGMAS, as_dict, as_tensor, describe, expect_dtype_kept, expect_false, expect_raises,
                              expect_same, global_states_moved)
 from grader.evidence import Raised
-from grader.cases import Case, function_tables
+from grader.cases import declared_cases, function_tables
+from grader.probes.task2_pseudo_likelihood import PROBES
 
 
 # =============================================================================== comparators
@@ -366,126 +367,16 @@ check_global_state_untouched.draws = ("global state",)
 # What each comparator of an interface rule checks (grader/cases.py RULE_CHECKS; tests/test_points_for_ideas.py).
 check_unchanged_input.interface = "mutation"
 
-# Weights are shares, not points: a comment "name: the test cell's N points" gives the points of the test
-# cell the cases under it belong to, and a case earns its weight's share of them (grader/judge.py: points x
-# passed weight / total weight of the cell). A cell of 1 point with weights 2 and 1 gives 2/3 and 1/3.
-CASES = [
-    # The shape and range checks of mlm_loss, masked_copies, causal_log_probs and the two perplexities are given
-    # code in their answer cells: no case grades them. A case that is not kind="value" scores only when the
-    # MAIN value cases of its function (MAIN below) pass; an edge-case value stands alone.
-    # mlm_loss: the test cell's 2 points, shared by the weights below
-    Case("test_mlm_loss", "mlm_loss_one_mask", "-sum over t in M of log_probs[t, x_t], a 0-dim tensor for a [T] mask",
-         LOSS, weight=2, main=True),
-    Case("test_mlm_loss", "mlm_loss_many_masks", "K masks [K, T] give [K] losses, one per mask (0 for an empty mask)",
-         LOSS, weight=2, main=True),
-    Case("test_mlm_loss", "mlm_loss_float64",
-         "keeps the dtype of log_probs (float64 in, float64 out with its precision; float32 in, float32 out)",
-         expect_dtype_kept(rtol64=1e-9), weight=0.5, kind="rule", checks="dtype"),
-    Case("test_mlm_loss", "mlm_loss_unselected_inf", "an unselected position contributes exactly zero, even at -inf",
-         LOSS),
-    # masked_copies: the test cell's 1 point, shared by the weights below
-    Case("test_masked_copies", "masked_copies_values",
-         "row k is input_ids with positions[k] set to the mask id, repeats allowed (int64 [P, T])", EXACT, weight=2,
-         main=True),
-    Case("test_masked_copies", "masked_copies_permutation",
-         "copy k replaces positions[k] by the mask token, for positions in any order (a permutation)", EXACT),
-    Case("test_masked_copies", "masked_copies_input_unchanged", "input_ids is left unchanged", EXACT,
-         weight=0.5, kind="rule", checks="mutation"),
-    # conditional_log_probs: the test cell's 3 points, shared by the weights below
-    Case("test_conditional_log_probs", "conditional_all_positions",
-         "row t is the log-softmax at position t of the copy with t masked (float32 [T, V])", TABLE, weight=2,
-         main=True),
-    Case("test_conditional_log_probs", "conditional_given_positions",
-         "with positions given, row k belongs to positions[k]", TABLE, weight=2),
-    Case("test_conditional_log_probs", "conditional_batches",
-         "copies evaluated in batches of batch_size (one forward pass per batch)", check_batched_passes,
-         kind="property"),
-    Case("test_conditional_log_probs", "conditional_no_grad", "computed under torch.no_grad() (no autograd graph)",
-         expect_false("the result requires grad: compute it under torch.no_grad()"), kind="property"),
-    # pseudo_log_likelihood / pseudo_perplexity: the test cell's 2 points, shared by the weights below
-    Case("test_pseudo_log_likelihood", "pll_all_positions",
-         "PLL = sum of log p(x_t | x without t) over all positions (a 0-dim float32 tensor)", PLL, weight=2, main=True),
-    Case("test_pseudo_log_likelihood", "pll_given_positions", "with positions given, the sum runs over them only", PLL),
-    Case("test_pseudo_log_likelihood", "pll_batches", "masked copies evaluated in batches of batch_size",
-         check_batched_passes, kind="property"),
-    Case("test_pseudo_log_likelihood", "pppl_values", "pseudo_perplexity = exp(-PLL / T) (a Python float)",
-         expect_python_floats(), function="pseudo_perplexity", main=True),
-    Case("test_pseudo_log_likelihood", "pppl_tensor",
-         "the same formula for a PLL given as a 0-dim tensor, still a Python float", expect_python_floats(),
-         weight=0.5, kind="rule", checks="input form", function="pseudo_perplexity"),
-    # single_index_estimate: the test cell's 3 points, shared by the weights below. Its values are a
-    # distribution: each value case checks that every estimate is T * l_u AND that u is uniform, so a fixed
-    # position or one draw repeated earns nothing.
-    Case("test_single_index_estimate", "single_index_values",
-         "num_samples values of T * (-log p(x_U | x without U)), U uniform (float32 [num_samples])",
-         check_uniform_estimates, weight=2, main=True),
-    Case("test_single_index_estimate", "single_index_given_positions",
-         "U drawn uniformly from positions, and T = the number of scored positions", check_uniform_estimates,
-         weight=2),
-    Case("test_single_index_estimate", "single_index_uniform", "U uniform over the scored positions (unbiased)",
-         check_uniform_estimates, weight=2),
-    Case("test_single_index_estimate", "single_index_one_pass", "all samples in ONE batched forward pass",
-         check_passes_per_call, kind="property"),
-    Case("test_single_index_estimate", "single_index_generator", "U drawn with the given generator (reproducible)",
-         check_reproducible_pair, weight=0.25, kind="rule", checks="generator"),
-    Case("test_single_index_estimate", "single_index_seeds_differ",
-         "U drawn with the given generator: another seed gives other draws", check_other_seeds_differ, weight=0.25,
-         kind="rule", checks="generator"),
-    Case("test_single_index_estimate", "single_index_global_state",
-         "U drawn with the given generator: the global random state is left alone", check_global_state_untouched,
-         weight=0.25, kind="rule", checks="global state"),
-    # causal_log_probs / perplexity: the test cell's 2 points, shared by the weights below
-    Case("test_causal_log_probs", "causal_no_context",
-         "log p(x_t | x_<t) from the logits shifted by one (float32 [T - 1])", TABLE, weight=2, main=True),
-    Case("test_causal_log_probs", "causal_with_context", "with context_token_id prepended, all T tokens are predicted",
-         TABLE, weight=2),
-    Case("test_causal_log_probs", "causal_one_pass", "ONE forward pass per sequence", check_passes_per_call,
-         kind="property"),
-    Case("test_causal_log_probs", "causal_no_grad", "computed under torch.no_grad() (no autograd graph)",
-         expect_false("the result requires grad: compute it under torch.no_grad()"), kind="property"),
-    Case("test_causal_log_probs", "perplexity_values", "perplexity = exp(-log p / T) (a Python float)",
-         expect_python_floats(), function="perplexity", main=True),
-    Case("test_causal_log_probs", "perplexity_tensor",
-         "the same formula for a log-likelihood given as a 0-dim tensor, still a Python float",
-         expect_python_floats(), weight=0.5, kind="rule", checks="input form", function="perplexity"),
-    # conditionals_compatible (extension): the test cell's 3 points, shared by the weights below
-    Case("test_conditionals_compatible", "compatible_joints",
-         "True for the conditionals of a joint, float64 or float32, among pairs that are not (a Python bool)",
-         check_bools, weight=2, main=True),
-    Case("test_conditionals_compatible", "incompatible_tables", "False for conditionals that come from no joint",
-         check_bools, weight=2, main=True),
-    Case("test_conditionals_compatible", "compatible_zeros", "supports: zeros and disconnected blocks, different supports",
-         check_bools),
-    Case("test_conditionals_compatible", "compatible_atol", "the reconstructed conditionals are compared within atol",
-         check_bools),
-    Case("test_conditionals_compatible", "compatible_rejects",
-         "a ValueError for different shapes, negative entries, or rows/columns that do not sum to one",
-         expect_raises("ValueError"), kind="rule", checks="raises"),
-    # bert_mask (extension): the test cell's 3 points, shared by the weights below. Both value cases call it
-    # twice, with differently seeded generators: a fixed pattern, however well its rates are tuned, fails.
-    Case("test_bert_mask", "bert_mask_selection",
-         "selection with probability q on non-special tokens, anywhere in the batch (drawn from the generator); "
-         "labels the original id where selected, else -100", check_bert_labels_and_specials, weight=2, main=True),
-    Case("test_bert_mask", "bert_mask_replacements",
-         "selected: 80 % [MASK], 10 % uniformly random token, 10 % unchanged, drawn per token (not by its place)",
-         check_bert_80_10_10, weight=2),
-    Case("test_bert_mask", "bert_mask_q_edges", "q = 0 selects nothing, q = 1 every non-special token",
-         check_bert_q_edges, kind="property"),
-    Case("test_bert_mask", "bert_mask_one_sequence", "one sequence [T] works as well as a batch [B, T]",
-         check_bert_one_sequence, kind="rule", checks="input form"),
-    Case("test_bert_mask", "bert_mask_generator", "everything drawn from the given generator", check_reproducible_pair,
-         kind="rule", checks="generator"),
-    Case("test_bert_mask", "bert_mask_seeds_differ",
-         "everything drawn from the given generator: another seed gives other draws", check_other_seeds_differ,
-         kind="rule", checks="generator"),
-    Case("test_bert_mask", "bert_mask_global_state",
-         "everything drawn from the given generator: the global random state is left alone",
-         check_global_state_untouched, kind="rule", checks="global state"),
-    Case("test_bert_mask", "bert_mask_input_unchanged", "input_ids is not modified", check_unchanged_input,
-         kind="rule", checks="mutation"),
-    Case("test_bert_mask", "bert_mask_rejects_q", "a ValueError unless 0 <= q <= 1", expect_raises("ValueError"),
-         kind="rule", checks="raises"),
-]
+
+# Comparators the probes name, besides those above.
+DTYPE_KEPT = expect_dtype_kept(rtol64=1e-9)
+NO_GRAPH = expect_false("the result requires grad: compute it under torch.no_grad()")
+PYTHON_FLOATS = expect_python_floats()
+RAISES_VALUE_ERROR = expect_raises("ValueError")
+
+# Each case is declared by its probe (grader/probes/task2_pseudo_likelihood.py: @probe(cell, says, check, ...)), which
+# names its comparator here: a case's weight is its share of its test cell's points.
+CASES = declared_cases(PROBES, globals())
 
 # What each function computes on ordinary inputs: the value cases that gate its other cases (grader/judge.py
 # value_gates). Edge-case values (an -inf left out, positions in another order, the 80/10/10 split, zeros in

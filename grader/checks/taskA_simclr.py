@@ -1,12 +1,12 @@
 """The judge's cases for Task A (SimCLR on CIFAR-10), compared outside the sandbox.
 
-Each case names a probe of grader/probes/taskA_simclr.py and says, in the words of the task text,
-what it checks. Deterministic functions (NT-Xent, the head, the training step, kNN) are compared
-with the solution's value from the same probe; the random augmentations are judged by properties
-of what they returned (shapes, ranges, per-image factors read back from the outputs, rates,
-independence, reproducibility with a generator, other draws for another seed, global random states
-left alone), and the linear probe by its accuracy against the solution's. Every requirement is
-written in the notebook above the answer cell or in its docstring.
+Each case is declared by its probe in grader/probes/taskA_simclr.py (where it says, in the words of the task text,
+what it checks); this module holds the comparators it names. Deterministic functions (NT-Xent, the head, the
+training step, kNN) are compared with the solution's value from the same probe; the random augmentations are judged
+by properties of what they returned (shapes, ranges, per-image factors read back from the outputs, rates,
+independence, reproducibility with a generator, other draws for another seed, global random states left alone), and
+the linear probe by its accuracy against the solution's. Every requirement is written in the notebook above the
+answer cell or in its docstring.
 
 :func:`solution_namespace` loads the model solution's functions from the source notebook, for the
 pack's own tests and benchmarks (TA side only).
@@ -25,7 +25,8 @@ from torch import nn
 from grader.compare import (SIGMAS, as_detached_scalar, as_items, as_tensor_like, describe, expect_dtype_kept,
                             expect_raises, expect_same, global_states_moved, within_binomial)
 from grader.evidence import Raised
-from grader.cases import Case, function_tables
+from grader.cases import declared_cases, function_tables
+from grader.probes.taskA_simclr import PROBES
 from utils.notebook_cells import run_cells
 
 _SOLUTION = Path(__file__).resolve().parents[2] / "solutions" / "ex01" / "taskA_simclr.ipynb"
@@ -429,156 +430,23 @@ check_step_detached.interface = "return type"
 NT_XENT = expect_same(rtol=2e-4, atol=1e-4, dtype=False)
 NT_XENT_DTYPE = expect_dtype_kept(rtol64=1e-7)
 
-# Weights are shares, not points: a comment "name: the test cell's N points" gives the points of the test
-# cell the cases under it belong to, and a case earns its weight's share of them (grader/judge.py: points x
-# passed weight / total weight of the cell). A cell of 1 point with weights 2 and 1 gives 2/3 and 1/3.
-CASES = [
-    # random_resized_crop_flip (extension): the test cell's 4 points, shared by the weights below
-    Case("test_random_resized_crop_flip", "crop_shapes", "float [N, 3, size, size] for square and non-square images",
-         check_crop_shapes, kind="property"),
-    Case("test_random_resized_crop_flip", "crop_identity_and_mirror",
-         "scale=(1, 1), ratio=(1, 1): the image itself (flip_p=0) or its mirror image (flip_p=1)",
-         expect_same(rtol=0, atol=1e-5), kind="property"),
-    Case("test_random_resized_crop_flip", "crop_flip_rate", "each image flipped left-right with probability flip_p",
-         check_crop_flip_rate),
-    Case("test_random_resized_crop_flip", "crop_geometry",
-         "bilinear crops with area ~ U(scale), aspect within ratio, placed uniformly inside the image",
-         check_crop_geometry, weight=2, main=True),
-    Case("test_random_resized_crop_flip", "crop_log_aspect", "log aspect ratio ~ U(log ratio)", check_crop_log_aspect),
-    Case("test_random_resized_crop_flip", "crop_redraw",
-         "a box that does not fit inside the image is drawn again (up to 10 tries, then the whole image)",
-         check_crop_redraw),
-    Case("test_random_resized_crop_flip", "crop_flip_reverses", "a flip mirrors the crop left-right",
-         check_crop_flip_reverses),
-    Case("test_random_resized_crop_flip", "crop_independent", "independent crop parameters for every image",
-         expect_independent("random_resized_crop_flip"), kind="property"),
-    Case("test_random_resized_crop_flip", "crop_generator", "all random numbers drawn with `generator`",
-         check_reproducible, kind="rule", checks="generator"),
-    Case("test_random_resized_crop_flip", "crop_global_state",
-         "all random numbers drawn with `generator`, never with Python's `random`: the global random states are "
-         "left alone", check_global_state_untouched, kind="rule", checks="global state"),
-    Case("test_random_resized_crop_flip", "crop_rejects",
-         "a ValueError for anything but a floating-point [N, 3, H, W] tensor", expect_raises("ValueError"),
-         kind="rule", checks="raises"),
-    # colour_distort (extension): the test cell's 4 points, shared by the weights below
-    Case("test_colour_distort", "colour_dtype_and_range",
-         "values clamped to [0, 1] (float [N, 3, H, W], the input's dtype)",
-         check_colour_dtype_and_range, kind="property"),
-    Case("test_colour_distort", "colour_identity", "no jitter and no grayscale (or zero strengths): the images",
-         expect_same(rtol=0, atol=1e-5), kind="property"),
-    Case("test_colour_distort", "colour_grayscale", "grayscale g = 0.299 R + 0.587 G + 0.114 B in all three channels",
-         expect_same(rtol=0, atol=1e-5), main=True),
-    Case("test_colour_distort", "colour_brightness", "brightness x <- b x, b ~ U(1 - beta, 1 + beta) per image",
-         expect_blend_factor("brightness"), main=True),
-    Case("test_colour_distort", "colour_contrast", "contrast x <- c x + (1 - c) mean gray, c per image",
-         expect_blend_factor("contrast")),
-    Case("test_colour_distort", "colour_saturation", "saturation x <- s x + (1 - s) g, s per image",
-         expect_blend_factor("saturation")),
-    Case("test_colour_distort", "colour_jitter_rate", "jitter each image with probability jitter_p",
-         check_colour_jitter_rate),
-    Case("test_colour_distort", "colour_gray_rate", "grayscale each image with probability gray_p",
-         check_colour_gray_rate),
-    Case("test_colour_distort", "colour_hue", "a hue shift rotates colours around the gray axis (grays stay gray)",
-         check_colour_hue),
-    Case("test_colour_distort", "colour_independent", "independent factors for every image",
-         expect_independent("colour_distort"), kind="property"),
-    Case("test_colour_distort", "colour_generator", "all random numbers drawn with `generator`", check_reproducible,
-         kind="rule", checks="generator"),
-    Case("test_colour_distort", "colour_global_state",
-         "all random numbers drawn with `generator`: the global random states are left alone",
-         check_global_state_untouched, kind="rule", checks="global state"),
-    # augment_batch (extension; given, built on the two functions above):
-    # the test cell's 2 points, shared by the weights below
-    Case("test_augment_batch", "augment_uint8", "uint8 images give float32 [N, 3, size, size] views in [0, 1]",
-         check_augment_uint8, kind="property"),
-    Case("test_augment_batch", "augment_independent", "every copy of an image gets its own view",
-         expect_independent("augment_batch"), kind="property"),
-    Case("test_augment_batch", "augment_all_off", "every augmentation off: the images scaled to [0, 1]",
-         expect_same(rtol=0, atol=1e-5), kind="property"),
-    Case("test_augment_batch", "augment_generator",
-         "all random numbers drawn with `generator` (through both functions): the same seed gives the same views, "
-         "another seed others", check_reproducible, kind="rule", checks="generator"),
-    Case("test_augment_batch", "augment_global_state",
-         "all random numbers drawn with `generator`: the global random states are left alone",
-         check_global_state_untouched, kind="rule", checks="global state"),
-    # A dtype slip of NT-Xent costs a dtype rule's share only: each float64 probe is read twice, for its values
-    # (NT_XENT) and for its dtype and precision (NT_XENT_DTYPE).
-    # nt_xent_loss_loop: the test cell's 2 points, shared by the weights below
-    Case("test_nt_xent_loss_loop", "nt_xent_loop_float64",
-         "mean over the 2N anchors of l_i, every k != i in the denominator (float64 in, 0-dim out)", NT_XENT, weight=2,
-         main=True),
-    Case("test_nt_xent_loss_loop", "nt_xent_loop_float64", "the input's dtype kept (float64, with its precision)",
-         NT_XENT_DTYPE, weight=0.25, kind="rule", checks="dtype"),
-    Case("test_nt_xent_loss_loop", "nt_xent_loop_float32", "the input's dtype kept (float32)", NT_XENT_DTYPE,
-         weight=0.25, kind="rule", checks="dtype"),
-    Case("test_nt_xent_loss_loop", "nt_xent_loop_gradient", "torch operations: differentiable",
-         expect_same(rtol=1e-6, atol=1e-9), kind="property"),
-    # nt_xent_loss: the test cell's 3 points, shared by the weights below
-    Case("test_nt_xent_loss", "nt_xent_float64", "mean NT-Xent over the 2N views (float64 in, 0-dim out)", NT_XENT,
-         weight=2, main=True),
-    Case("test_nt_xent_loss", "nt_xent_float64", "the input's dtype kept (float64, with its precision)", NT_XENT_DTYPE,
-         weight=0.25, kind="rule", checks="dtype"),
-    Case("test_nt_xent_loss", "nt_xent_float32", "the input's dtype kept (float32)", NT_XENT_DTYPE, weight=0.25,
-         kind="rule", checks="dtype"),
-    Case("test_nt_xent_loss", "nt_xent_gradient", "differentiable: the gradient a training step needs",
-         expect_same(rtol=1e-6, atol=1e-9), kind="property"),
-    # the input checks are given code in the answer cell: reported, worth nothing
-    Case("test_nt_xent_loss", "nt_xent_rejects_shapes", "a ValueError unless z1 and z2 are two [N, d] of one shape",
-         expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
-    Case("test_nt_xent_loss", "nt_xent_rejects_temperature", "a ValueError for a temperature that is not positive",
-         expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
-    # ProjectionHead: the test cell's 2 points, shared by the weights below
-    Case("test_projection_head", "head_values",
-         "output of Linear -> BatchNorm1d -> ReLU -> Linear (with known weights, train mode)",
-         expect_same(rtol=1e-4, atol=1e-4), weight=2, function="ProjectionHead", main=True),
-    Case("test_projection_head", "head_gradients", "gradients flow to the input and both Linear layers",
-         expect_same(rtol=1e-3, atol=1e-4), kind="property", function="ProjectionHead"),
-    # the defaults are the given signature's
-    Case("test_projection_head", "head_defaults", "defaults hidden_dim=1024, out_dim=128",
-         expect_same(rtol=1e-4, atol=1e-4), weight=0, kind="given", checks="arguments", function="ProjectionHead"),
-    # simclr_train_step: the test cell's 3 points, shared by the weights below
-    Case("test_simclr_train_step", "train_step_two_steps", "augment called twice, once per view", check_step_augment_calls,
-         kind="property"),
-    Case("test_simclr_train_step", "train_step_two_steps",
-         "loss and parameters after two steps (one batch of 2N, NT-Xent on the halves, one optimiser step)",
-         check_step_values, weight=3, main=True),
-    Case("test_simclr_train_step", "train_step_two_steps", "BatchNorm sees both views in one forward pass",
-         check_step_batchnorm, kind="property"),
-    Case("test_simclr_train_step", "train_step_returns_detached", "returns the loss detached, a 0-dim float32 tensor",
-         check_step_detached, weight=0.25, kind="rule", checks="return type"),
-    Case("test_simclr_train_step", "train_step_default_augment", "augment=None uses the given simclr_augment",
-         check_step_default_augment, weight=0.25, kind="rule", checks="arguments"),
-    Case("test_simclr_train_step", "train_step_bf16",
-         "with autocast_dtype=bfloat16: encoder and head under autocast, trains, float32 loss",
-         check_step_bf16, kind="property"),
-    Case("test_simclr_train_step", "train_step_generator",
-         "augment called as augment(images, generator): the same seed gives the same step, another seed another",
-         check_step_generator, weight=0.25, kind="rule", checks="generator"),
-    Case("test_simclr_train_step", "train_step_global_state",
-         "augment called as augment(images, generator): the global random states are left alone",
-         check_global_state_untouched, weight=0.25, kind="rule", checks="global state"),
-    # linear_probe_accuracy: the test cell's 2 points, shared by the weights below
-    Case("test_linear_probe_accuracy", "probe_accuracy",
-         "the test accuracy of the trained probe's logits on easy, hard and mislabelled test sets (a Python float)",
-         check_probe_accuracy, weight=2, main=True),
-    Case("test_linear_probe_accuracy", "probe_standardises", "features standardised with the training mean and std",
-         check_probe_standardises),
-    Case("test_linear_probe_accuracy", "probe_inputs_unchanged", "the caller's tensors are left unchanged",
-         check_probe_inputs_unchanged, weight=0.25, kind="rule", checks="mutation"),
-    # the shape checks, the seeded shuffle and the training loop are given code: reported, worth nothing
-    Case("test_linear_probe_accuracy", "probe_deterministic", "two calls with the same seed give the same result",
-         check_probe_deterministic, weight=0, kind="given", checks="generator"),
-    Case("test_linear_probe_accuracy", "probe_test_set_unused", "the test set plays no part in training",
-         check_probe_test_set_unused, weight=0, kind="given"),
-    Case("test_linear_probe_accuracy", "probe_rejects", "a ValueError for features and labels of inconsistent shapes",
-         expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
-    # knn_accuracy: the test cell's 2 points, shared by the weights below
-    Case("test_knn_accuracy", "knn_values", "cosine kNN majority vote, ties to the smallest class id (a Python float)",
-         check_knn_values, weight=2, main=True),
-    Case("test_knn_accuracy", "knn_chunked", "the result does not depend on batch_size", check_knn_values),
-    Case("test_knn_accuracy", "knn_rejects_k", "a ValueError when k is not between 1 and N (given code)",
-         expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
-]
+
+# Comparators the probes name, besides those above.
+IMAGES = expect_same(rtol=0, atol=1e-5)
+CROP_INDEPENDENT = expect_independent("random_resized_crop_flip")
+RAISES_VALUE_ERROR = expect_raises("ValueError")
+BRIGHTNESS = expect_blend_factor("brightness")
+CONTRAST = expect_blend_factor("contrast")
+SATURATION = expect_blend_factor("saturation")
+COLOUR_INDEPENDENT = expect_independent("colour_distort")
+AUGMENT_INDEPENDENT = expect_independent("augment_batch")
+NT_XENT_SAME = expect_same(rtol=1e-6, atol=1e-9)
+HEAD = expect_same(rtol=1e-4, atol=1e-4)
+HEAD_LOOSE = expect_same(rtol=1e-3, atol=1e-4)
+
+# Each case is declared by its probe (grader/probes/taskA_simclr.py: @probe(cell, says, check, ...)), which
+# names its comparator here: a case's weight is its share of its test cell's points.
+CASES = declared_cases(PROBES, globals())
 
 # What each function computes on ordinary inputs: the value cases that gate its other cases (grader/judge.py
 # value_gates). Shapes, identities (scale 1, no jitter, everything off), independence and generator use are

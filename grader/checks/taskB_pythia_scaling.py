@@ -1,10 +1,10 @@
 """The judge's cases for Task B (Pythia scaling), compared outside the sandbox.
 
-Each case names a probe of grader/probes/taskB_pythia_scaling.py and says, in the words of the task
-text, what it checks; the solution's value from the same probe is the expected one. The evaluation
-probes use a random GPT-NeoX with weights 50x larger than its init (sharp attention), so a window one
-token off, a missing end-of-text token or a token scored twice moves the log-likelihood far beyond
-the tolerance on every draw.
+Each case is declared by its probe in grader/probes/taskB_pythia_scaling.py (where it says, in the words of the
+task text, what it checks); this module holds the comparators it names; the solution's value from the same probe is
+the expected one. The evaluation probes use a random GPT-NeoX with weights 50x larger than its init (sharp
+attention), so a window one token off, a missing end-of-text token or a token scored twice moves the log-likelihood
+far beyond the tolerance on every draw.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import numpy as np
 
 from grader.compare import as_dict, as_real, describe, expect_raises
 from grader.evidence import Raised
-from grader.cases import Case, function_tables
+from grader.cases import declared_cases, function_tables
+from grader.probes.taskB_pythia_scaling import PROBES
 
 #: Totals from float32 logits agree to about 2e-7 (relative) between batchings, float64 sums and
 #: full log-softmax (measured on the honest variants); the window mutants move them by 3e-4 or more.
@@ -198,74 +199,6 @@ def check_irreducible_fit(got, ref) -> None:
         _close(fit[k], ref[k], 0.2, k)
 
 
-# Weights are shares, not points: a comment "name: the test cell's N points" gives the points of the test
-# cell the cases under it belong to, and a case earns its weight's share of them (grader/judge.py: points x
-# passed weight / total weight of the cell). A cell of 1 point with weights 2 and 1 gives 2/3 and 1/3.
-CASES = [
-    # count_parameters: the test cell's 2 points, shared by the weights below
-    Case("test_count_parameters", "count_config",
-         "(total, non_embedding) from a config: embeddings and unembedding excluded, a tied matrix once "
-         "(Python ints)", check_counts, weight=3, main=True),
-    Case("test_count_parameters", "count_model", "the same counts from a model", check_counts, weight=2, main=True),
-    Case("test_count_parameters", "count_pythia_config",
-         "a configuration of Pythia's architecture in sizes of its own, up to billions of parameters (meta device, "
-         "no weights)",
-         check_counts),
-    Case("test_count_parameters", "count_rejects_non_model", "a TypeError for anything that is neither a model nor "
-         "a config", expect_raises("TypeError", "ValueError"), requires=("count_config", "count_model"), kind="rule",
-         checks="raises"),
-    # evaluate_loss: the test cell's 4 points, shared by the weights below
-    Case("test_evaluate_loss", "eval_windows",
-         "total log-likelihood and tokens: end-of-text before each document, disjoint windows of max_length "
-         "targets, each fed the max_length tokens before its last target", check_loglikelihood, weight=4, main=True),
-    Case("test_evaluate_loss", "eval_metrics",
-         "words (re.split on whitespace) and UTF-8 bytes; nll_per_token in nats, bits_per_byte and word_perplexity "
-         "from the total", check_counts_and_metrics, weight=2, main=True),
-    Case("test_evaluate_loss", "eval_original_documents",
-         "words and bytes counted on original_documents; the batch size does not change the result",
-         check_words_bytes_loglik, weight=2),
-    Case("test_evaluate_loss", "eval_max_length", "a single string scored with a max_length shorter than the "
-         "model's", check_loglikelihood),
-    Case("test_evaluate_loss", "eval_rejects_empty", "a ValueError when there is nothing to score",
-         expect_raises("ValueError"), requires=("eval_windows", "eval_metrics"), kind="rule", checks="raises"),
-    Case("test_evaluate_loss", "eval_rejects_no_config", "a TypeError for a model without a .config",
-         expect_raises("TypeError", "ValueError"), requires=("eval_windows", "eval_metrics"), kind="rule",
-         checks="raises"),
-    # tokens_seen and training_compute: the test cell's 2 points, shared by the weights below; the input checks
-    # are given code (weight 0, reported only)
-    Case("test_bookkeeping", "tokens_seen_scalar", "tokens_seen(step) = step x tokens_per_step for a number",
-         check_exact_numbers, function="tokens_seen", main=True),
-    Case("test_bookkeeping", "tokens_seen_array", "tokens_seen on arrays of steps, int32 steps included: the exact "
-         "token counts (143,000 x 2,097,152 overflows int32)", expect_array_values(0.0), weight=2,
-         function="tokens_seen", main=True),
-    Case("test_bookkeeping", "tokens_seen_dtype", "tokens_seen on an array returns an int64 array",
-         expect_dtype("int64"), weight=0.25, kind="rule", checks="dtype", function="tokens_seen"),
-    Case("test_bookkeeping", "tokens_seen_rejects_negative",
-         "a ValueError for a negative step or a tokens_per_step that is not positive (given code)",
-         expect_raises("ValueError"), weight=0, kind="given", checks="raises", function="tokens_seen"),
-    Case("test_bookkeeping", "compute_scalar", "training_compute(N, D) = 6 N D FLOPs for numbers", check_close_numbers,
-         function="training_compute", main=True),
-    Case("test_bookkeeping", "compute_array", "training_compute on arrays (broadcast): 6 N D without int64 overflow "
-         "at pythia-12b", expect_array_values(1e-12), weight=2, function="training_compute", main=True),
-    Case("test_bookkeeping", "compute_dtype", "training_compute on arrays returns a float64 array",
-         expect_dtype("float64"), weight=0.25, kind="rule", checks="dtype", function="training_compute"),
-    # fit_power_law: the test cell's 4 points, shared by the weights below; the irreducible=True branch and the
-    # input checks are given code (weight 0, reported only)
-    Case("test_fit_power_law", "fit_pure",
-         "pure power law: alpha and N_c from the least squares of log L on log N, E = 0", check_pure_fit, weight=2,
-         main=True),
-    Case("test_fit_power_law", "fit_pure_errors",
-         "pure power law: standard errors from s^2 (X^T X)^-1 with s^2 = RSS/(n-2), N_c's by the delta method",
-         check_pure_errors, weight=2),
-    Case("test_fit_power_law", "fit_irreducible",
-         "L = E + (N_c/N)^alpha by curve_fit on L started from your fit, standard errors from its covariance "
-         "(given code)", check_irreducible_fit, weight=0, kind="given"),
-    Case("test_fit_power_law", "fit_rejects_bad_input",
-         "a ValueError for mismatched lengths, non-positive values, or fewer than 3 (4 with irreducible) points "
-         "(given code)", expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
-]
-
-
 # ------------------------------------------------------------------------------ predict_held_out
 _PRED_KEYS = ("N", "L_pred", "L_low", "L_high")
 
@@ -371,30 +304,17 @@ def check_optimal_arrays(got, ref) -> None:
         _split(answer[0][i], answer[1][i], ref["params"], float(C[i]), float(ref_n[i]), f"budget {i + 1}")
 
 
-CASES += [
-    # predict_held_out: the test cell's 4 points, shared by the weights below
-    Case("test_predict_held_out", "predict_values",
-         "the held-out sizes in increasing N, predicted by the pure power law fitted (with fit_power_law) on the "
-         "n_fit smallest models (float NumPy arrays)", check_prediction, weight=2, main=True),
-    Case("test_predict_held_out", "predict_band",
-         "the prediction interval L_pred exp(-+ t s), t = stats.t.ppf((1 + level) / 2, n_fit - 2), "
-         "s = alpha_err sqrt(S + S/n + (x0 - x_bar)^2), S = sum((x - x_bar)^2) over the fitted ln N", check_band,
-         weight=2),
-    Case("test_predict_held_out", "predict_level", "the band for another level (the data given as lists)", check_band),
-    Case("test_predict_held_out", "predict_rejects_bad_split",
-         "a ValueError when n_fit < 3 or nothing is held out (given code)", expect_raises("ValueError"),
-         weight=0, kind="given", checks="raises"),
-    # compute_optimal: the test cell's 4 points, shared by the weights below
-    Case("test_compute_optimal", "optimal_scalar",
-         "(N_opt, D_opt) as two numbers for a number: 6 N_opt D_opt = C and N_opt minimises L(N, C / (6 N)) "
-         "(checked against a numeric minimisation)", check_optimal_numbers, weight=2, main=True),
-    # the same split for an array of budgets: the scalar case's formula, so the array form is a rule
-    Case("test_compute_optimal", "optimal_array",
-         "two arrays for an array of budgets, each split optimal", check_optimal_arrays, weight=0.25, kind="rule",
-         checks="input form"),
-    Case("test_compute_optimal", "optimal_rejects_bad_budget", "a ValueError for a budget that is not positive "
-         "(given code)", expect_raises("ValueError"), weight=0, kind="given", checks="raises"),
-]
+# Comparators the probes name, besides those above.
+RAISES_TYPE_OR_VALUE_ERROR = expect_raises("TypeError", "ValueError")
+RAISES_VALUE_ERROR = expect_raises("ValueError")
+ARRAY_EXACT = expect_array_values(0.0)
+INT64 = expect_dtype("int64")
+ARRAY_VALUES = expect_array_values(1e-12)
+FLOAT64 = expect_dtype("float64")
+
+# Each case is declared by its probe (grader/probes/taskB_pythia_scaling.py: @probe(cell, says, check, ...)), which
+# names its comparator here: a case's weight is its share of its test cell's points.
+CASES = declared_cases(PROBES, globals())
 
 # What each function computes on ordinary inputs: the value cases that gate its other cases (grader/judge.py
 # value_gates). Edge-case values (a Pythia configuration, a short max_length, another level) stand alone.

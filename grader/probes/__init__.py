@@ -12,16 +12,15 @@ loads ``PROBES``.
 
 The files one requirement of a graded function touches (README, "Add a check"), in this order:
 
-1. the task text: a sentence above the answer cell of ``solutions/ex01/<stem>.ipynb``;
-2. the visible check: an assert on a public input in the test cell under the answer, same notebook
-   (then ``python -m grader release``);
-3. the probe: ``def <probe>(ns, gen)`` here, in ``grader/probes/<stem>.py``;
-4. the case: ``Case(<test cell>, "<probe>", "<the requirement in the text's words>", <comparator>)`` in
-   ``CASES`` of ``grader/checks/<stem>.py`` (``function="f"`` when the test cell is not ``test_f``,
-   ``main=True`` for what ``f`` computes on ordinary inputs: ``FUNCTIONS`` and ``MAIN`` are derived); the
-   comparator comes from ``grader/compare.py`` or is a ``check_*`` of that module;
-5. the mutant: ``Mutant(..., visible=True, case="<probe>")`` in ``grader/mutants/<stem>.py``;
-6. tests: tests/test_judge.py, test_visible_checks.py and test_judge_gates.py pick the above up; a new
+1. the task text: a sentence above the answer cell of ``solutions/ex01/<stem>.ipynb``, and where the student
+   can see it, an assert on a public input in the test cell under the answer (then ``python -m grader release``);
+2. the probe and its case, declared once: ``@probe("<test cell>", "<the requirement in the text's words>",
+   "<COMPARATOR>", ...)`` over ``def <probe>(ns, gen)`` here, in ``grader/probes/<stem>.py`` (``function="f"``
+   when the test cell is not ``test_f``, ``main=True`` for what ``f`` computes on ordinary inputs); the
+   comparator is a name of ``grader/checks/<stem>.py`` (a new one is written there, from
+   ``grader/compare.py``), whose ``CASES``, ``FUNCTIONS`` and ``MAIN`` are derived;
+3. the mutant that breaks it: ``Mutant(..., visible=True, case="<probe>")`` in ``grader/mutants/<stem>.py``;
+4. tests: tests/test_judge.py, test_visible_checks.py and test_judge_gates.py pick the above up; a new
    style of correct answer goes in ``tests/fixtures/honest/<stem>.py``, a check of the solution against
    an independent reference in ``tests/test_<stem>.py``.
 """
@@ -43,21 +42,27 @@ _TOLIST, _sha256 = _torch.Tensor.tolist, _hashlib.sha256
 
 
 class Probe:
-    """One named case: ``fn(ns, gen)`` builds inputs from the torch.Generator ``gen``, calls the
-    student's functions through ``ns`` and returns what they gave (the judge compares it)."""
+    """One named probe: ``fn(ns, gen)`` builds inputs from the torch.Generator ``gen``, calls the
+    student's functions through ``ns`` and returns what they gave (the judge compares it). ``cases``: the
+    case declarations it carries (dicts of grader/cases.py Case's fields, ``check`` a comparator's name)."""
 
     def __init__(self, name: str, fn, timeout: float):
-        self.name, self.fn, self.timeout = name, fn, timeout
+        self.name, self.fn, self.timeout, self.cases = name, fn, timeout, []
 
 
 def probes(registry: dict):
-    """Decorator factory for a probe module: ``probe = probes(PROBES)``, then ``@probe()``."""
-    def probe(timeout: float = DEFAULT_TIMEOUT, name: str | None = None):
+    """Decorator factory for a probe module: ``probe = probes(PROBES)``. Then ``@probe(cell, says, check,
+    **fields)`` over ``def name(ns, gen)`` declares the probe and its case, once: ``cell`` the test cell,
+    ``says`` the requirement in the task text's words, ``check`` the name of a comparator of
+    grader/checks/<stem>.py, ``fields`` the rest of grader/cases.py Case (``weight``, ``kind``, ``main``, ...).
+    A probe that several cases read carries one ``@probe`` per case (top first); ``timeout`` is per probe."""
+    def probe(cell: str, says: str, check: str, *, timeout: float | None = None, **fields):
         def wrap(fn):
-            key = name or fn.__name__
-            if key in registry:
-                raise ValueError(f"probe {key!r} defined twice")
-            registry[key] = Probe(key, fn, timeout)
+            held = registry.setdefault(fn.__name__, Probe(fn.__name__, fn, DEFAULT_TIMEOUT))
+            if held.fn is not fn:
+                raise ValueError(f"probe {fn.__name__!r} defined twice")
+            held.cases.insert(0, {"cell": cell, "says": says, "check": check, **fields})  # decorators apply bottom-up
+            held.timeout = timeout or held.timeout
             return fn
         return wrap
     return probe

@@ -46,7 +46,9 @@ def _inputs(W, mu, s2, x) -> dict:
 
 
 # ------------------------------------------------------------------------------ ppca_log_marginal
-@probe()
+# ppca_log_marginal: the test cell's 2 points, shared by the weights below
+@probe("test_ppca_log_marginal", "log p(x) = log N(x; mu, W W^T + sigma2 I), one multivariate normal, for x (N, D) -> "
+       "(N,) float64", "check_log_marginal", weight=2, main=True)
 def lm_batch(ns, gen):
     out = []
     for D, K, s2 in [(5, 2, 0.3), (9, 3, 0.05), (4, 4, 1.7)]:
@@ -57,7 +59,8 @@ def lm_batch(ns, gen):
     return out
 
 
-@probe()
+@probe("test_ppca_log_marginal", "a single x (D,) gives a 0-d tensor", "check_single_log_marginal", kind="rule",
+       checks="input form")
 def lm_single(ns, gen):
     out = []
     for D, K, s2 in [(6, 2, 0.2), (3, 1, 0.8)]:
@@ -66,7 +69,7 @@ def lm_single(ns, gen):
     return out
 
 
-@probe()
+@probe("test_ppca_log_marginal", "gradients reach W, mu and sigma2 (everything in torch)", "GRAD")
 def lm_gradient(ns, gen):
     W, mu, s2, x = _ppca(gen, 4, 2, 0.5, 5)
     W, mu = W.clone().requires_grad_(True), mu.clone().requires_grad_(True)
@@ -75,7 +78,8 @@ def lm_gradient(ns, gen):
     return [W.grad, mu.grad, log_s2.grad]
 
 
-@probe()
+@probe("test_ppca_log_marginal", "a ValueError when W, mu and x disagree in shape", "RAISES_VALUE_ERROR", kind="rule",
+       checks="raises")
 def lm_rejects_shapes(ns, gen):
     W, mu, s2, x = _ppca(gen, 4, 2, 0.5, 2)
     return [attempt(ns.ppca_log_marginal, x[0, :3].clone(), W, mu, s2),       # x has D - 1 coordinates
@@ -100,28 +104,33 @@ def _conditional_calls(ns, gen, shapes, order: str, n_rows: int | None = 3):
     return out
 
 
-@probe()
+# gaussian_conditional: the test cell's 3 points, shared by the weights below
+@probe("test_gaussian_conditional", "mean mu_M + S_MR S_RR^-1 (x_R - mu_R) and Schur-complement covariance S_MM - "
+       "S_MR S_RR^-1 S_RM, for x (N, D)", "check_conditional", weight=2, main=True)
 def gc_values(ns, gen):
     # D = 6, |M| = 3 = |R|: the slide's S_MR^T then has the right shape but the wrong value.
     return _conditional_calls(ns, gen, [(6, 3), (7, 1), (5, 4), (6, 2)], "sorted")
 
 
-@probe()
+@probe("test_gaussian_conditional", "outputs in the order of masked_idx", "check_conditional")
 def gc_order(ns, gen):
     return _conditional_calls(ns, gen, [(6, 3), (5, 2)], "unsorted")
 
 
-@probe()
+@probe("test_gaussian_conditional", "a single x (D,) gives cond_mean (m,)", "check_conditional", kind="rule",
+       checks="input form")
 def gc_single(ns, gen):
     return _conditional_calls(ns, gen, [(6, 3), (4, 1)], "unsorted", n_rows=None)
 
 
-@probe()
+@probe("test_gaussian_conditional", "R empty (everything masked): the marginal N(mu_M, S_MM)", "check_conditional",
+       kind="property")
 def gc_all_masked(ns, gen):
     return _conditional_calls(ns, gen, [(4, 4), (3, 3)], "unsorted")
 
 
-@probe()
+@probe("test_gaussian_conditional", "a ValueError for inconsistent shapes", "RAISES_VALUE_ERROR", kind="rule",
+       checks="raises")
 def gc_rejects_shapes(ns, gen):
     mu, S = _spd(gen, 3)
     x = torch.randn(4, generator=gen, dtype=DTYPE)
@@ -130,7 +139,8 @@ def gc_rejects_shapes(ns, gen):
             attempt(ns.gaussian_conditional, mu, S[:2].clone(), x[:3].clone(), idx)]  # S not square
 
 
-@probe()
+@probe("test_gaussian_conditional", "a ValueError for indices out of range or repeated", "RAISES_VALUE_ERROR",
+       kind="rule", checks="raises")
 def gc_rejects_indices(ns, gen):
     mu, S = _spd(gen, 3)
     x = torch.randn(3, generator=gen, dtype=DTYPE)
@@ -149,29 +159,33 @@ def _score_calls(ns, gen, D, K, s2, n_rows, sizes, n_masks):
     return rec
 
 
-@probe()
+# masked_score: the test cell's 3 points, shared by the weights below
+@probe("test_masked_score", "S(x; m) estimated by (1/m) sum_{j in M} log p(x_j | x_R) over uniform masks of size m "
+       "(within 4 standard errors of the exact value)", "check_score_estimates", weight=2, main=True)
 def ms_estimate(ns, gen):
     return _score_calls(ns, gen, 6, 2, 0.1, 1, (1, 2, 3, 5), 200)
 
 
-@probe()
+@probe("test_masked_score", "standard error = sample standard deviation of the per-mask values / sqrt(n_masks)",
+       "check_score_standard_errors")
 def ms_standard_error(ns, gen):
     return _score_calls(ns, gen, 6, 2, 0.1, 1, (2, 4), 300)
 
 
-@probe()
+@probe("test_masked_score", "x (N, D): each mask's value averaged over the N rows", "check_score_estimates", main=True)
 def ms_batch(ns, gen):
     return _score_calls(ns, gen, 6, 2, 0.1, 5, (2, 4), 200)
 
 
-@probe()
+@probe("test_masked_score", "m = D: the mean marginal log-density, exactly, two 0-d tensors", "check_full_mask",
+       kind="property")
 def ms_full_mask(ns, gen):
     W, mu, s2, x = _ppca(gen, 5, 2, 0.2, 3)
     return [attempt(ns.masked_score, x[0], W, mu, s2, 5, 4, _child_gen(gen)),
             attempt(ns.masked_score, x, W, mu, s2, 5, 3, _child_gen(gen))]
 
 
-@probe()
+@probe("test_masked_score", "the estimate stays differentiable in W, mu and sigma2", "GRAD")
 def ms_gradient(ns, gen):
     W, mu, s2, x = _ppca(gen, 4, 2, 0.3, 3)
     W, mu = W.clone().requires_grad_(True), mu.clone().requires_grad_(True)
@@ -181,7 +195,8 @@ def ms_gradient(ns, gen):
     return [W.grad, mu.grad, log_s2.grad]
 
 
-@probe()
+@probe("test_masked_score", "masks drawn with `generator`: the same seed reproduces the estimate", "check_generator",
+       kind="rule", checks="generator")
 def ms_generator(ns, gen):
     """Seeds s, s and s + 1: 30 masks among the C(8, 3) = 56 of size 3, so two seeds give the same
     estimate only if they draw the same multiset of masks (probability about 1e-20)."""
@@ -191,13 +206,16 @@ def ms_generator(ns, gen):
             for s in (seed, seed, seed + 1)]
 
 
-@probe()
+@probe("test_masked_score", "masks drawn with `generator` (torch.randperm(D, generator=generator)): the global random "
+       "state is left alone", "check_global_state", requires=("ms_estimate", "ms_batch"), kind="rule",
+       checks="global state")
 def ms_global_state(ns, gen):
     W, mu, s2, x = _ppca(gen, 6, 2, 0.1, 2)
     return with_global_state(ns.masked_score, x, W, mu, s2, 3, 10, _child_gen(gen))
 
 
-@probe()
+@probe("test_masked_score", "a ValueError unless 1 <= m <= D", "RAISES_VALUE_ERROR",
+       requires=("ms_estimate", "ms_batch"), kind="rule", checks="raises")
 def ms_rejects_m(ns, gen):
     W, mu, s2, x = _ppca(gen, 5, 2, 0.2, 1)
     return [attempt(ns.masked_score, x[0], W, mu, s2, 0, 10, _child_gen(gen)),
@@ -217,21 +235,25 @@ def _objective_calls(ns, gen, sizes: tuple):
     return out
 
 
-@probe()
+# masked_pretraining_objective: the test cell's 2 points, shared by the weights below
+@probe("test_masked_pretraining_objective", "Proposition 1: sum over m = 1..D of S(x; m) lands within four true "
+       "standard errors of log p(x)", "check_objective_estimate", weight=2, main=True)
 def mo_estimate(ns, gen):
     # 100 masks per m: the judge allows four true standard errors (a correct answer misses with probability
     # about 6e-5); every wrong sum of grader/mutants/ misses by far more than that
     return _objective_calls(ns, gen, (100,))
 
 
-@probe()
+@probe("test_masked_pretraining_objective", "standard error of the sum = sqrt(sum_m SE_m^2), two 0-d tensors",
+       "check_objective_standard_error", main=True)
 def mo_standard_error(ns, gen):
     # 100 masks per m: a correct standard error lands within 0.87-1.12 of the true one (600 draws), the judge's
     # range is 0.7-1.4
     return _objective_calls(ns, gen, (100,))
 
 
-@probe()
+@probe("test_masked_pretraining_objective", "your estimates of (d), masks drawn with `generator`: the same seed "
+       "reproduces the sum, another seed gives another", "check_generator", kind="rule", checks="generator")
 def mo_generator(ns, gen):
     """Seeds s, s and s + 1 with 20 masks for every m of D = 7."""
     W, mu, s2, x = _ppca(gen, 7, 2, 0.1, 1)
@@ -240,7 +262,9 @@ def mo_generator(ns, gen):
             for s in (seed, seed, seed + 1)]
 
 
-@probe()
+@probe("test_masked_pretraining_objective", "your estimates of (d), masks drawn with `generator`: the global random "
+       "state is left alone", "check_global_state", requires=("mo_estimate", "mo_standard_error"), kind="rule",
+       checks="global state")
 def mo_global_state(ns, gen):
     W, mu, s2, x = _ppca(gen, 5, 2, 0.1, 2)
     return with_global_state(ns.masked_pretraining_objective, x, W, mu, s2, 5, _child_gen(gen))

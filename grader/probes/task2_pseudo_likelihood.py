@@ -90,7 +90,12 @@ def _some_positions(gen: torch.Generator, t: int, k: int) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------ mlm_loss
-@probe()
+# The shape and range checks of mlm_loss, masked_copies, causal_log_probs and the two perplexities are given
+# code in their answer cells: no case grades them. A case that is not kind="value" scores only when the
+# MAIN value cases of its function (MAIN below) pass; an edge-case value stands alone.
+# mlm_loss: the test cell's 2 points, shared by the weights below
+@probe("test_mlm_loss", "-sum over t in M of log_probs[t, x_t], a 0-dim tensor for a [T] mask", "LOSS", weight=2,
+       main=True)
 def mlm_loss_one_mask(ns, gen):
     out = []
     for t, v in [(1, 3), (_size(gen, 5, 9), 5), (_size(gen, 15, 30), 50)]:
@@ -101,7 +106,8 @@ def mlm_loss_one_mask(ns, gen):
     return out
 
 
-@probe()
+@probe("test_mlm_loss", "K masks [K, T] give [K] losses, one per mask (0 for an empty mask)", "LOSS", weight=2,
+       main=True)
 def mlm_loss_many_masks(ns, gen):
     t, v, k = _size(gen, 10, 25), 30, _size(gen, 3, 12)
     lp, x = _table(gen, t, v), torch.randint(v, (t,), generator=gen)
@@ -111,7 +117,8 @@ def mlm_loss_many_masks(ns, gen):
     return ns.mlm_loss(lp, x, masks)
 
 
-@probe()
+@probe("test_mlm_loss", "keeps the dtype of log_probs (float64 in, float64 out with its precision; float32 in, "
+       "float32 out)", "DTYPE_KEPT", weight=0.5, kind="rule", checks="dtype")
 def mlm_loss_float64(ns, gen):
     """float64 log-probabilities (one mask and three), then float32 ones: each loss in its table's dtype."""
     t, v = _size(gen, 6, 12), 7
@@ -121,7 +128,7 @@ def mlm_loss_float64(ns, gen):
             ns.mlm_loss(lp.float(), x, torch.rand(t, generator=gen) < 0.5)]
 
 
-@probe()
+@probe("test_mlm_loss", "an unselected position contributes exactly zero, even at -inf", "LOSS")
 def mlm_loss_unselected_inf(ns, gen):
     t, v = _size(gen, 6, 12), 5
     lp, x = _table(gen, t, v), torch.randint(v, (t,), generator=gen)
@@ -133,7 +140,9 @@ def mlm_loss_unselected_inf(ns, gen):
 
 
 # ------------------------------------------------------------------------------ masked_copies
-@probe()
+# masked_copies: the test cell's 1 point, shared by the weights below
+@probe("test_masked_copies", "row k is input_ids with positions[k] set to the mask id, repeats allowed (int64 [P, T])",
+       "EXACT", weight=2, main=True)
 def masked_copies_values(ns, gen):
     t = _size(gen, 6, 20)
     ids = torch.randint(5, 100, (t,), generator=gen)
@@ -142,14 +151,15 @@ def masked_copies_values(ns, gen):
     return ns.masked_copies(ids, positions, 3)
 
 
-@probe()
+@probe("test_masked_copies", "copy k replaces positions[k] by the mask token, for positions in any order (a "
+       "permutation)", "EXACT")
 def masked_copies_permutation(ns, gen):
     t = _size(gen, 6, 20)
     ids = torch.randint(5, 100, (t,), generator=gen)
     return ns.masked_copies(ids, torch.randperm(t, generator=gen), 101)
 
 
-@probe()
+@probe("test_masked_copies", "input_ids is left unchanged", "EXACT", weight=0.5, kind="rule", checks="mutation")
 def masked_copies_input_unchanged(ns, gen):
     t = _size(gen, 6, 20)
     ids = torch.randint(5, 100, (t,), generator=gen)
@@ -158,14 +168,16 @@ def masked_copies_input_unchanged(ns, gen):
 
 
 # ------------------------------------------------------------------------------ conditional_log_probs
-@probe()
+# conditional_log_probs: the test cell's 3 points, shared by the weights below
+@probe("test_conditional_log_probs", "row t is the log-softmax at position t of the copy with t masked (float32 [T, "
+       "V])", "TABLE", weight=2, main=True)
 def conditional_all_positions(ns, gen):
     model, mask_id = tiny_masked_lm(gen)
     ids = _sequence(gen, mask_id)
     return ns.conditional_log_probs(model, ids, mask_id, batch_size=_size(gen, 3, 6))
 
 
-@probe()
+@probe("test_conditional_log_probs", "with positions given, row k belongs to positions[k]", "TABLE", weight=2)
 def conditional_given_positions(ns, gen):
     model, mask_id = tiny_masked_lm(gen)
     ids = _sequence(gen, mask_id)
@@ -174,7 +186,8 @@ def conditional_given_positions(ns, gen):
     return ns.conditional_log_probs(model, ids, mask_id, positions=positions, batch_size=2)
 
 
-@probe()
+@probe("test_conditional_log_probs", "copies evaluated in batches of batch_size (one forward pass per batch)",
+       "check_batched_passes", kind="property")
 def conditional_batches(ns, gen):
     model, mask_id = tiny_masked_lm(gen)
     ids = _sequence(gen, mask_id)
@@ -184,7 +197,7 @@ def conditional_batches(ns, gen):
     return {"sizes": sizes, "copies": len(ids), "batch_size": batch_size}
 
 
-@probe()
+@probe("test_conditional_log_probs", "computed under torch.no_grad() (no autograd graph)", "NO_GRAPH", kind="property")
 def conditional_no_grad(ns, gen):
     model, mask_id = tiny_masked_lm(gen)
     ids = _sequence(gen, mask_id)
@@ -192,14 +205,16 @@ def conditional_no_grad(ns, gen):
 
 
 # ------------------------------------------------------------------------------ pseudo_log_likelihood
-@probe()
+# pseudo_log_likelihood / pseudo_perplexity: the test cell's 2 points, shared by the weights below
+@probe("test_pseudo_log_likelihood", "PLL = sum of log p(x_t | x without t) over all positions (a 0-dim float32 "
+       "tensor)", "PLL", weight=2, main=True)
 def pll_all_positions(ns, gen):
     model, mask_id = tiny_masked_lm(gen)
     ids = _sequence(gen, mask_id)
     return ns.pseudo_log_likelihood(model, ids, mask_id, batch_size=4)
 
 
-@probe()
+@probe("test_pseudo_log_likelihood", "with positions given, the sum runs over them only", "PLL")
 def pll_given_positions(ns, gen):
     model, mask_id = tiny_masked_lm(gen)
     ids = _sequence(gen, mask_id)
@@ -207,7 +222,8 @@ def pll_given_positions(ns, gen):
     return ns.pseudo_log_likelihood(model, ids, mask_id, positions=positions, batch_size=16)
 
 
-@probe()
+@probe("test_pseudo_log_likelihood", "masked copies evaluated in batches of batch_size", "check_batched_passes",
+       kind="property")
 def pll_batches(ns, gen):
     model, mask_id = tiny_masked_lm(gen)
     ids = _sequence(gen, mask_id)
@@ -217,7 +233,8 @@ def pll_batches(ns, gen):
     return {"sizes": sizes, "copies": len(ids), "batch_size": batch_size}
 
 
-@probe()
+@probe("test_pseudo_log_likelihood", "pseudo_perplexity = exp(-PLL / T) (a Python float)", "PYTHON_FLOATS",
+       function="pseudo_perplexity", main=True)
 def pppl_values(ns, gen):
     a = -float(torch.rand(1, generator=gen)) * 40
     b = -float(torch.rand(1, generator=gen)) * 5
@@ -225,7 +242,8 @@ def pppl_values(ns, gen):
             attempt(ns.pseudo_perplexity, b, 2)]
 
 
-@probe()
+@probe("test_pseudo_log_likelihood", "the same formula for a PLL given as a 0-dim tensor, still a Python float",
+       "PYTHON_FLOATS", weight=0.5, kind="rule", checks="input form", function="pseudo_perplexity")
 def pppl_tensor(ns, gen):
     c = -torch.rand((), generator=gen) * 30
     return [attempt(ns.pseudo_perplexity, c, _size(gen, 5, 20)),
@@ -242,22 +260,29 @@ def _estimates(ns, gen, positions_count: int | None, num_samples: int):
                                     generator=draws)
 
 
-@probe()
+# single_index_estimate: the test cell's 3 points, shared by the weights below. Its values are a
+# distribution: each value case checks that every estimate is T * l_u AND that u is uniform, so a fixed
+# position or one draw repeated earns nothing.
+@probe("test_single_index_estimate", "num_samples values of T * (-log p(x_U | x without U)), U uniform (float32 "
+       "[num_samples])", "check_uniform_estimates", weight=2, main=True)
 def single_index_values(ns, gen):
     return _estimates(ns, gen, None, 400)
 
 
-@probe()
+@probe("test_single_index_estimate", "U drawn uniformly from positions, and T = the number of scored positions",
+       "check_uniform_estimates", weight=2)
 def single_index_given_positions(ns, gen):
     return _estimates(ns, gen, 4, 400)
 
 
-@probe()
+@probe("test_single_index_estimate", "U uniform over the scored positions (unbiased)", "check_uniform_estimates",
+       weight=2)
 def single_index_uniform(ns, gen):
     return _estimates(ns, gen, None, 3000)
 
 
-@probe()
+@probe("test_single_index_estimate", "all samples in ONE batched forward pass", "check_passes_per_call",
+       kind="property")
 def single_index_one_pass(ns, gen):
     model, mask_id = tiny_masked_lm(gen)
     ids = _sequence(gen, mask_id)
@@ -267,7 +292,8 @@ def single_index_one_pass(ns, gen):
     return {"sizes": sizes}
 
 
-@probe()
+@probe("test_single_index_estimate", "U drawn with the given generator (reproducible)", "check_reproducible_pair",
+       weight=0.25, kind="rule", checks="generator")
 def single_index_generator(ns, gen):
     model, mask_id = tiny_masked_lm(gen)
     ids = _sequence(gen, mask_id)
@@ -279,7 +305,8 @@ def single_index_generator(ns, gen):
     return out
 
 
-@probe()
+@probe("test_single_index_estimate", "U drawn with the given generator: another seed gives other draws",
+       "check_other_seeds_differ", weight=0.25, kind="rule", checks="generator")
 def single_index_seeds_differ(ns, gen):
     """Two differently seeded generators: 64 draws of U among 9 to 15 positions coincide with probability
     below 9^-64, so equal estimates mean the generator was not used."""
@@ -290,7 +317,8 @@ def single_index_seeds_differ(ns, gen):
             for s in (seed, seed + 1)]
 
 
-@probe()
+@probe("test_single_index_estimate", "U drawn with the given generator: the global random state is left alone",
+       "check_global_state_untouched", weight=0.25, kind="rule", checks="global state")
 def single_index_global_state(ns, gen):
     model, mask_id = tiny_masked_lm(gen)
     ids = _sequence(gen, mask_id)
@@ -299,20 +327,22 @@ def single_index_global_state(ns, gen):
 
 
 # ------------------------------------------------------------------------------ causal_log_probs / perplexity
-@probe()
+# causal_log_probs / perplexity: the test cell's 2 points, shared by the weights below
+@probe("test_causal_log_probs", "log p(x_t | x_<t) from the logits shifted by one (float32 [T - 1])", "TABLE", weight=2,
+       main=True)
 def causal_no_context(ns, gen):
     model = tiny_causal_lm(gen)
     return ns.causal_log_probs(model, torch.randint(1, 41, (_size(gen, 8, 16),), generator=gen))
 
 
-@probe()
+@probe("test_causal_log_probs", "with context_token_id prepended, all T tokens are predicted", "TABLE", weight=2)
 def causal_with_context(ns, gen):
     model = tiny_causal_lm(gen)
     ids = torch.randint(1, 41, (_size(gen, 8, 16),), generator=gen)
     return [ns.causal_log_probs(model, ids, context_token_id=0), ns.causal_log_probs(model, ids[:1], 0)]
 
 
-@probe()
+@probe("test_causal_log_probs", "ONE forward pass per sequence", "check_passes_per_call", kind="property")
 def causal_one_pass(ns, gen):
     model = tiny_causal_lm(gen)
     ids = torch.randint(1, 41, (_size(gen, 8, 16),), generator=gen)
@@ -323,14 +353,15 @@ def causal_one_pass(ns, gen):
     return {"sizes": sizes + sizes2, "calls": 2}
 
 
-@probe()
+@probe("test_causal_log_probs", "computed under torch.no_grad() (no autograd graph)", "NO_GRAPH", kind="property")
 def causal_no_grad(ns, gen):
     model = tiny_causal_lm(gen)
     ids = torch.randint(1, 41, (_size(gen, 8, 16),), generator=gen)
     return bool(ns.causal_log_probs(model, ids).requires_grad)
 
 
-@probe()
+@probe("test_causal_log_probs", "perplexity = exp(-log p / T) (a Python float)", "PYTHON_FLOATS", function="perplexity",
+       main=True)
 def perplexity_values(ns, gen):
     a = -float(torch.rand(1, generator=gen)) * 40
     b = -float(torch.rand(1, generator=gen)) * 5
@@ -338,7 +369,8 @@ def perplexity_values(ns, gen):
             attempt(ns.perplexity, b, 2)]
 
 
-@probe()
+@probe("test_causal_log_probs", "the same formula for a log-likelihood given as a 0-dim tensor, still a Python float",
+       "PYTHON_FLOATS", weight=0.5, kind="rule", checks="input form", function="perplexity")
 def perplexity_tensor(ns, gen):
     c = -torch.rand((), generator=gen) * 30
     return [attempt(ns.perplexity, c, _size(gen, 5, 20)),
@@ -378,7 +410,9 @@ def _in_seeded_order(ns, gen, makers: list, calls: int) -> list:
     return [attempt(ns.conditionals_compatible, *args, **kwargs) for args, kwargs in pairs]
 
 
-@probe()
+# conditionals_compatible (extension): the test cell's 3 points, shared by the weights below
+@probe("test_conditionals_compatible", "True for the conditionals of a joint, float64 or float32, among pairs that "
+       "are not (a Python bool)", "check_bools", weight=2, main=True)
 def compatible_joints(ns, gen):
     """The conditionals of joints (True) among pairs of two different joints (False)."""
     return _in_seeded_order(ns, gen, [lambda g: (_joint_pair(g), {}), lambda g: (_joint_pair(g, False), {})], 16)
@@ -409,7 +443,8 @@ def _independent_b(gen, a_depends_on_b: bool):
     return (pa, torch.full((n, n), 1.0 / n, dtype=torch.float64)), {}
 
 
-@probe()
+@probe("test_conditionals_compatible", "False for conditionals that come from no joint", "check_bools", weight=2,
+       main=True)
 def incompatible_tables(ns, gen):
     """Conditionals from no joint (False) among conditionals of joints (True)."""
     return _in_seeded_order(ns, gen, [_column_redrawn, _two_random_tables, lambda g: _independent_b(g, True),
@@ -431,7 +466,7 @@ def _blocks_with_zeros(gen, same_support: bool):
     return (pa[rows][:, cols], pb[rows][:, cols]), {}
 
 
-@probe()
+@probe("test_conditionals_compatible", "supports: zeros and disconnected blocks, different supports", "check_bools")
 def compatible_zeros(ns, gen):
     return _in_seeded_order(ns, gen, [lambda g: _blocks_with_zeros(g, True), lambda g: _blocks_with_zeros(g, False)],
                             16)
@@ -447,7 +482,7 @@ def _noisy_or_exact(gen, noisy: bool, atol: float):
     return (pa, pb), {"atol": atol}
 
 
-@probe()
+@probe("test_conditionals_compatible", "the reconstructed conditionals are compared within atol", "check_bools")
 def compatible_atol(ns, gen):
     """Noisy conditionals within a loose atol (True) and a tight one (False), among exact ones with a tight atol
     (True) and different supports with a loose one (False): the atol alone does not tell the answer."""
@@ -456,7 +491,8 @@ def compatible_atol(ns, gen):
                                       lambda g: (_blocks_with_zeros(g, False)[0], {"atol": 0.05})], 16)
 
 
-@probe()
+@probe("test_conditionals_compatible", "a ValueError for different shapes, negative entries, or rows/columns that do "
+       "not sum to one", "RAISES_VALUE_ERROR", kind="rule", checks="raises")
 def compatible_rejects(ns, gen):
     pa, pb = _conditionals_of(_random_joint(gen, 2, 3))
     neg_a = torch.tensor([[1.2, 0.5, 0.5], [-0.2, 0.5, 0.5]], dtype=torch.float64)
@@ -502,17 +538,22 @@ def _large_batch_evidence(ns, gen, q: float):
             "masked2": _compact(again[0]), "labels2": _compact(again[1])}
 
 
-@probe()
+# bert_mask (extension): the test cell's 3 points, shared by the weights below. Both value cases call it
+# twice, with differently seeded generators: a fixed pattern, however well its rates are tuned, fails.
+@probe("test_bert_mask", "selection with probability q on non-special tokens, anywhere in the batch (drawn from the "
+       "generator); labels the original id where selected, else -100", "check_bert_labels_and_specials", weight=2,
+       main=True)
 def bert_mask_selection(ns, gen):
     return _large_batch_evidence(ns, gen, 0.15)
 
 
-@probe()
+@probe("test_bert_mask", "selected: 80 % [MASK], 10 % uniformly random token, 10 % unchanged, drawn per token (not by "
+       "its place)", "check_bert_80_10_10", weight=2)
 def bert_mask_replacements(ns, gen):
     return _large_batch_evidence(ns, gen, 0.5)
 
 
-@probe()
+@probe("test_bert_mask", "q = 0 selects nothing, q = 1 every non-special token", "check_bert_q_edges", kind="property")
 def bert_mask_q_edges(ns, gen):
     ids = _batch(gen, 16, 40)
     seed = _seed(gen)
@@ -521,7 +562,8 @@ def bert_mask_q_edges(ns, gen):
     return {"ids": ids, "q0": [m0, l0], "q1": [m1, l1]}
 
 
-@probe()
+@probe("test_bert_mask", "one sequence [T] works as well as a batch [B, T]", "check_bert_one_sequence", kind="rule",
+       checks="input form")
 def bert_mask_one_sequence(ns, gen):
     ids = _batch(gen, 1, 50)[0]
     masked, labels = ns.bert_mask(ids.clone(), SPECIALS, 15, 16, q=0.5,
@@ -529,7 +571,8 @@ def bert_mask_one_sequence(ns, gen):
     return {"ids": ids, "masked": masked, "labels": labels}
 
 
-@probe()
+@probe("test_bert_mask", "everything drawn from the given generator", "check_reproducible_pair", kind="rule",
+       checks="generator")
 def bert_mask_generator(ns, gen):
     ids = _batch(gen, 8, 40)
     seed, out = _seed(gen), []
@@ -540,7 +583,8 @@ def bert_mask_generator(ns, gen):
     return out
 
 
-@probe()
+@probe("test_bert_mask", "everything drawn from the given generator: another seed gives other draws",
+       "check_other_seeds_differ", kind="rule", checks="generator")
 def bert_mask_seeds_differ(ns, gen):
     """Two differently seeded generators on about 290 non-special tokens with q = 0.5: the same selection
     twice has probability about 2^-290."""
@@ -550,14 +594,15 @@ def bert_mask_seeds_differ(ns, gen):
             for s in (seed, seed + 1)]
 
 
-@probe()
+@probe("test_bert_mask", "everything drawn from the given generator: the global random state is left alone",
+       "check_global_state_untouched", kind="rule", checks="global state")
 def bert_mask_global_state(ns, gen):
     ids = _batch(gen, 8, 40)
     return with_global_state(ns.bert_mask, ids.clone(), SPECIALS, 15, 16, q=0.5,
                              generator=torch.Generator().manual_seed(_seed(gen)))
 
 
-@probe()
+@probe("test_bert_mask", "input_ids is not modified", "check_unchanged_input", kind="rule", checks="mutation")
 def bert_mask_input_unchanged(ns, gen):
     ids = _batch(gen, 8, 40)
     before = ids.clone()
@@ -565,7 +610,7 @@ def bert_mask_input_unchanged(ns, gen):
     return [before, ids]
 
 
-@probe()
+@probe("test_bert_mask", "a ValueError unless 0 <= q <= 1", "RAISES_VALUE_ERROR", kind="rule", checks="raises")
 def bert_mask_rejects_q(ns, gen):
     ids = _batch(gen, 4, 40)
     return [attempt(ns.bert_mask, ids, SPECIALS, 15, 16, q=1.0 + float(torch.rand(1, generator=gen)) + 0.01),

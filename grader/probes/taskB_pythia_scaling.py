@@ -107,7 +107,9 @@ def _eval_setup(gen):
 
 
 # ------------------------------------------------------------------------------ count_parameters
-@probe()
+# count_parameters: the test cell's 2 points, shared by the weights below
+@probe("test_count_parameters", "(total, non_embedding) from a config: embeddings and unembedding excluded, a tied "
+       "matrix once (Python ints)", "check_counts", weight=3, main=True)
 def count_config(ns, gen):
     out = []
     for trial in range(4):
@@ -116,7 +118,7 @@ def count_config(ns, gen):
     return out
 
 
-@probe()
+@probe("test_count_parameters", "the same counts from a model", "check_counts", weight=2, main=True)
 def count_model(ns, gen):
     out = []
     for tie in (False, True):
@@ -125,7 +127,8 @@ def count_model(ns, gen):
     return out
 
 
-@probe()
+@probe("test_count_parameters", "a configuration of Pythia's architecture in sizes of its own, up to billions of "
+       "parameters (meta device, no weights)", "check_counts")
 def count_pythia_config(ns, gen):
     """A configuration of Pythia's architecture (its shared fields, intermediate_size = 4 x width) with drawn
     sizes of up to about 3 B parameters and a width no Pythia model has: only the meta device makes it cheap,
@@ -143,26 +146,32 @@ def count_pythia_config(ns, gen):
     return ns.count_parameters(config)
 
 
-@probe()
+@probe("test_count_parameters", "a TypeError for anything that is neither a model nor a config",
+       "RAISES_TYPE_OR_VALUE_ERROR", requires=("count_config", "count_model"), kind="rule", checks="raises")
 def count_rejects_non_model(ns, gen):
     width = _int(gen, 2, 9)
     return [attempt(ns.count_parameters, {"hidden_size": width}), attempt(ns.count_parameters, torch.nn.Linear(width, 3))]
 
 
 # ------------------------------------------------------------------------------ evaluate_loss
-@probe()
+# evaluate_loss: the test cell's 4 points, shared by the weights below
+@probe("test_evaluate_loss", "total log-likelihood and tokens: end-of-text before each document, disjoint windows of "
+       "max_length targets, each fed the max_length tokens before its last target", "check_loglikelihood", weight=4,
+       main=True)
 def eval_windows(ns, gen):
     model, tokenizer, documents = _eval_setup(gen)
     return ns.evaluate_loss(model, tokenizer, documents, batch_size=_choice(gen, [2, 3]), progress=False)
 
 
-@probe()
+@probe("test_evaluate_loss", "words (re.split on whitespace) and UTF-8 bytes; nll_per_token in nats, bits_per_byte "
+       "and word_perplexity from the total", "check_counts_and_metrics", weight=2, main=True)
 def eval_metrics(ns, gen):
     model, tokenizer, documents = _eval_setup(gen)
     return ns.evaluate_loss(model, tokenizer, documents, batch_size=_choice(gen, [2, 4]), progress=False)
 
 
-@probe()
+@probe("test_evaluate_loss", "words and bytes counted on original_documents; the batch size does not change the result",
+       "check_words_bytes_loglik", weight=2)
 def eval_original_documents(ns, gen):
     model, tokenizer, documents = _eval_setup(gen)
     extra = _choice(gen, [" extra wörds — naïve here", " and  façade, über\tnaïve"])
@@ -170,27 +179,32 @@ def eval_original_documents(ns, gen):
     return ns.evaluate_loss(model, tokenizer, documents, original_documents=originals, batch_size=1, progress=False)
 
 
-@probe()
+@probe("test_evaluate_loss", "a single string scored with a max_length shorter than the model's", "check_loglikelihood")
 def eval_max_length(ns, gen):
     model, tokenizer, documents = _eval_setup(gen)
     longest = max(documents, key=len)
     return ns.evaluate_loss(model, tokenizer, longest, max_length=_int(gen, 4, 9), progress=False)
 
 
-@probe()
+@probe("test_evaluate_loss", "a ValueError when there is nothing to score", "RAISES_VALUE_ERROR",
+       requires=("eval_windows", "eval_metrics"), kind="rule", checks="raises")
 def eval_rejects_empty(ns, gen):
     model, tokenizer, _ = _eval_setup(gen)
     return ns.evaluate_loss(model, tokenizer, [""], progress=False)
 
 
-@probe()
+@probe("test_evaluate_loss", "a TypeError for a model without a .config", "RAISES_TYPE_OR_VALUE_ERROR",
+       requires=("eval_windows", "eval_metrics"), kind="rule", checks="raises")
 def eval_rejects_no_config(ns, gen):
     width = _int(gen, 2, 9)
     return ns.evaluate_loss(torch.nn.Linear(width, width), _tokenizer(), ["Speak, speak."], progress=False)
 
 
 # ------------------------------------------------------------------------------ tokens_seen, training_compute
-@probe()
+# tokens_seen and training_compute: the test cell's 2 points, shared by the weights below; the input checks
+# are given code (weight 0, reported only)
+@probe("test_bookkeeping", "tokens_seen(step) = step x tokens_per_step for a number", "check_exact_numbers",
+       function="tokens_seen", main=True)
 def tokens_seen_scalar(ns, gen):
     return [attempt(ns.tokens_seen, _int(gen, 1, 143_001)),
             attempt(ns.tokens_seen, _int(gen, 0, 5000), _int(gen, 100, 5000))]
@@ -206,22 +220,26 @@ def _step_arrays(gen) -> list:
     return [(small, per_step), (pythia, 2_097_152), (late, 2_097_152)]
 
 
-@probe()
+@probe("test_bookkeeping", "tokens_seen on arrays of steps, int32 steps included: the exact token counts (143,000 x "
+       "2,097,152 overflows int32)", "ARRAY_EXACT", weight=2, function="tokens_seen", main=True)
 def tokens_seen_array(ns, gen):
     return [attempt(ns.tokens_seen, steps, per_step) for steps, per_step in _step_arrays(gen)]
 
 
-@probe()
+@probe("test_bookkeeping", "tokens_seen on an array returns an int64 array", "INT64", weight=0.25, kind="rule",
+       checks="dtype", function="tokens_seen")
 def tokens_seen_dtype(ns, gen):
     return [attempt(ns.tokens_seen, steps, per_step) for steps, per_step in _step_arrays(gen)]
 
 
-@probe()
+@probe("test_bookkeeping", "a ValueError for a negative step or a tokens_per_step that is not positive (given code)",
+       "RAISES_VALUE_ERROR", weight=0, kind="given", checks="raises", function="tokens_seen")
 def tokens_seen_rejects_negative(ns, gen):
     return [attempt(ns.tokens_seen, -_int(gen, 1, 1000)), attempt(ns.tokens_seen, _int(gen, 1, 1000), -_int(gen, 0, 3))]
 
 
-@probe()
+@probe("test_bookkeeping", "training_compute(N, D) = 6 N D FLOPs for numbers", "check_close_numbers",
+       function="training_compute", main=True)
 def compute_scalar(ns, gen):
     return [attempt(ns.training_compute, _uniform(gen, 1e6, 1e10), _uniform(gen, 1e9, 3e11)) for _ in range(2)]
 
@@ -234,18 +252,23 @@ def _compute_arrays(gen) -> list:
     return [(big_n, big_d), (n, d)]
 
 
-@probe()
+@probe("test_bookkeeping", "training_compute on arrays (broadcast): 6 N D without int64 overflow at pythia-12b",
+       "ARRAY_VALUES", weight=2, function="training_compute", main=True)
 def compute_array(ns, gen):
     return [attempt(ns.training_compute, n, d) for n, d in _compute_arrays(gen)]
 
 
-@probe()
+@probe("test_bookkeeping", "training_compute on arrays returns a float64 array", "FLOAT64", weight=0.25, kind="rule",
+       checks="dtype", function="training_compute")
 def compute_dtype(ns, gen):
     return [attempt(ns.training_compute, n, d) for n, d in _compute_arrays(gen)]
 
 
 # ------------------------------------------------------------------------------ fit_power_law
-@probe()
+# fit_power_law: the test cell's 4 points, shared by the weights below; the irreducible=True branch and the
+# input checks are given code (weight 0, reported only)
+@probe("test_fit_power_law", "pure power law: alpha and N_c from the least squares of log L on log N, E = 0",
+       "check_pure_fit", weight=2, main=True)
 def fit_pure(ns, gen):
     alpha, log_nc = _uniform(gen, 0.05, 0.5), math.log(10) * _uniform(gen, 8, 14)
     N = np.logspace(_uniform(gen, 5, 6), _uniform(gen, 9, 10), _int(gen, 6, 12))
@@ -253,7 +276,8 @@ def fit_pure(ns, gen):
     return ns.fit_power_law(N, L)
 
 
-@probe()
+@probe("test_fit_power_law", "pure power law: standard errors from s^2 (X^T X)^-1 with s^2 = RSS/(n-2), N_c's by the "
+       "delta method", "check_pure_errors", weight=2)
 def fit_pure_errors(ns, gen):
     alpha, log_nc = _uniform(gen, 0.05, 0.5), math.log(10) * _uniform(gen, 8, 14)
     N = np.exp(np.sort(math.log(10) * (5 + 5 * torch.rand(_int(gen, 5, 10), dtype=torch.float64, generator=gen).numpy())))
@@ -261,7 +285,8 @@ def fit_pure_errors(ns, gen):
     return ns.fit_power_law(list(N), list(L))
 
 
-@probe()
+@probe("test_fit_power_law", "L = E + (N_c/N)^alpha by curve_fit on L started from your fit, standard errors from its "
+       "covariance (given code)", "check_irreducible_fit", weight=0, kind="given")
 def fit_irreducible(ns, gen):
     E, alpha = _uniform(gen, 1.0, 3.0), _uniform(gen, 0.2, 0.6)
     log_nc = math.log(10) * _uniform(gen, 6, 9)
@@ -270,7 +295,8 @@ def fit_irreducible(ns, gen):
     return ns.fit_power_law(N, L, irreducible=True)
 
 
-@probe()
+@probe("test_fit_power_law", "a ValueError for mismatched lengths, non-positive values, or fewer than 3 (4 with "
+       "irreducible) points (given code)", "RAISES_VALUE_ERROR", weight=0, kind="given", checks="raises")
 def fit_rejects_bad_input(ns, gen):
     N = np.logspace(5, 10, 6) * _uniform(gen, 0.5, 2.0)
     L = 3.0 * (N / N[0]) ** -0.1
@@ -292,25 +318,30 @@ def _scaling_data(gen, n: int):
     return N[order], L[order]
 
 
-@probe()
+# predict_held_out: the test cell's 4 points, shared by the weights below
+@probe("test_predict_held_out", "the held-out sizes in increasing N, predicted by the pure power law fitted (with "
+       "fit_power_law) on the n_fit smallest models (float NumPy arrays)", "check_prediction", weight=2, main=True)
 def predict_values(ns, gen):
     N, L = _scaling_data(gen, _int(gen, 6, 10))
     return ns.predict_held_out(N, L, _int(gen, 3, len(N) - 1))
 
 
-@probe()
+@probe("test_predict_held_out", "the prediction interval L_pred exp(-+ t s), t = stats.t.ppf((1 + level) / 2, n_fit - "
+       "2), s = alpha_err sqrt(S + S/n + (x0 - x_bar)^2), S = sum((x - x_bar)^2) over the fitted ln N", "check_band",
+       weight=2)
 def predict_band(ns, gen):
     N, L = _scaling_data(gen, _int(gen, 5, 10))
     return ns.predict_held_out(N, L, _int(gen, 3, len(N) - 1))
 
 
-@probe()
+@probe("test_predict_held_out", "the band for another level (the data given as lists)", "check_band")
 def predict_level(ns, gen):
     N, L = _scaling_data(gen, _int(gen, 5, 8))
     return ns.predict_held_out(list(N), list(L), _int(gen, 3, len(N)), level=_uniform(gen, 0.5, 0.99))
 
 
-@probe()
+@probe("test_predict_held_out", "a ValueError when n_fit < 3 or nothing is held out (given code)", "RAISES_VALUE_ERROR",
+       weight=0, kind="given", checks="raises")
 def predict_rejects_bad_split(ns, gen):
     N, L = _scaling_data(gen, _int(gen, 5, 8))
     return [attempt(ns.predict_held_out, N, L, 2), attempt(ns.predict_held_out, N, L, len(N))]
@@ -322,7 +353,9 @@ def _chinchilla_params(gen) -> dict:
             "alpha": _uniform(gen, 0.2, 0.6), "beta": _uniform(gen, 0.2, 0.6)}
 
 
-@probe()
+# compute_optimal: the test cell's 4 points, shared by the weights below
+@probe("test_compute_optimal", "(N_opt, D_opt) as two numbers for a number: 6 N_opt D_opt = C and N_opt minimises "
+       "L(N, C / (6 N)) (checked against a numeric minimisation)", "check_optimal_numbers", weight=2, main=True)
 def optimal_scalar(ns, gen):
     """The inputs come back with the answers: the judge minimises L numerically on the same ones.
     Each answer is what the call returned, (N_opt, D_opt)."""
@@ -334,14 +367,17 @@ def optimal_scalar(ns, gen):
     return {"params": params, "C": budgets, "answers": out}
 
 
-@probe()
+# the same split for an array of budgets: the scalar case's formula, so the array form is a rule
+@probe("test_compute_optimal", "two arrays for an array of budgets, each split optimal", "check_optimal_arrays",
+       weight=0.25, kind="rule", checks="input form")
 def optimal_array(ns, gen):
     params = _chinchilla_params(gen)
     C = np.exp(math.log(10) * (15 + 10 * torch.rand(_int(gen, 3, 7), dtype=torch.float64, generator=gen).numpy()))
     return {"params": params, "C": C, "answer": attempt(ns.compute_optimal, params, C)}
 
 
-@probe()
+@probe("test_compute_optimal", "a ValueError for a budget that is not positive (given code)", "RAISES_VALUE_ERROR",
+       weight=0, kind="given", checks="raises")
 def optimal_rejects_bad_budget(ns, gen):
     params = _chinchilla_params(gen)
     return [attempt(ns.compute_optimal, params, 0.0),
