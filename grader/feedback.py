@@ -1,15 +1,12 @@
 """The students' feedback pages (``python -m grader feedback``), made by nbgrader from safe copies.
 
-Each autograded notebook is staged as a page's notebook (grader/pageclean.py ``sanitise``: no hidden test,
-no grader traceback, no active content, no seed); nbgrader renders the pages, and each page's body then
-goes through the allow-list of grader/safehtml.py and is searched for the judge's own source lines: a page
-that shows one is withheld and reported for that student. A notebook whose full run failed (``kernel
-died``, ``timed out``: no executed copy) still gets a page: the submitted notebook, its outputs left out,
-the judge's report of every case under each test cell and a note at the top that says why.
-
-One student never breaks the batch: a notebook that cannot be read or rendered is reported for that
-student while everyone else gets feedback. Late penalties are written into the gradebook first
-(grader/extras/export.py ``class_rows``), so a page shows the same penalty as grades.csv.
+Each autograded notebook is staged sanitised (grader/pageclean.py: no hidden test, no grader traceback, no
+active content, no seed); nbgrader renders the pages, whose body then goes through the allow-list of
+grader/safehtml.py; a page that shows the judge's own source lines is withheld and reported. A notebook whose
+full run failed (no executed copy) still gets a page: the submitted notebook without outputs, the judge's
+report under each test cell and a note at the top that says why. A notebook that cannot be read or rendered
+is reported for its student alone. Late penalties are written into the gradebook first (grader/extras/export.py
+``class_rows``), so a page shows the same penalty as grades.csv.
 """
 
 from __future__ import annotations
@@ -58,11 +55,10 @@ def _not_run_note(entry: dict, stem: str, partial: bool = False) -> dict:
 
 
 def not_run_notebook(course: Course, student: str, stem: str, entry: dict) -> dict:
-    """The page's notebook for a student whose full run of ``stem`` failed: the submitted notebook
-    (read and repaired as for grading, grader/submissions.py) in the release view grading uses
-    (:func:`grader.submissions.release_view`: locked cells as released, a deleted test cell back in its
-    place), its outputs left out, the judge's report under each test cell (as grader/steps.py ``annotate_reports``
-    does for an executed notebook) and a note at the top. Still to be sanitised like any other page."""
+    """The page's notebook for a student whose full run of ``stem`` failed: the submitted notebook, read and
+    repaired as for grading, in the release view grading uses (grader/submissions.py), without outputs, the
+    judge's report under each test cell (as grader/steps.py ``annotate_reports`` does) and a note at the top.
+    Still to be sanitised like any other page."""
     release_path = course.release / f"{stem}.ipynb"
     release = json.loads(release_path.read_text(encoding="utf-8"))
     nb = release_view(prepare(course.folder("submitted", student) / f"{stem}.ipynb", release_path).notebook, release)
@@ -79,21 +75,21 @@ def not_run_notebook(course: Course, student: str, stem: str, entry: dict) -> di
 
 
 def _stage(course: Course, student: str, tmp: Path) -> list[str]:
-    """Copy the student's autograded notebooks, sanitised, into the scratch course; returns the
-    problems met. A notebook that cannot be read or sanitised is left out (and reported), so
-    nbgrader never sees it and the student's other notebooks still get feedback. A notebook the
-    judge graded but whose full run failed before its first cell (no executed copy) is staged from the
-    submitted notebook (:func:`not_run_notebook`); one that stopped part-way gets the same note on top.""" 
+    """Copy the student's autograded notebooks, sanitised, into the scratch course; returns the problems met.
+    A notebook that cannot be read or sanitised is left out and reported. One the judge graded without an
+    executed copy is staged from the submission (:func:`not_run_notebook`); one that stopped part-way gets the
+    same note on top."""
     problems, staged = [], set()
     secrets = course_secrets(course)
     src = course.folder("autograded", student)
     out = tmp / "autograded" / student / course.assignment
     status = course.read_json("status", student)
     notebooks = status.get("notebooks") if isinstance(status, dict) else None
+    notebooks = notebooks if isinstance(notebooks, dict) else {}
     for path in sorted(src.glob("*.ipynb")) if src.is_dir() else []:
         try:
             nb = scrub_value(sanitise(json.loads(path.read_text(encoding="utf-8"))), secrets)
-            entry = notebooks.get(path.stem) if isinstance(notebooks, dict) else None
+            entry = notebooks.get(path.stem)
             if isinstance(entry, dict) and entry.get("full_run_reason"):   # stopped part-way: say so on top
                 nb["cells"].insert(0, _not_run_note(entry, path.stem, partial=True))
             out.mkdir(parents=True, exist_ok=True)
@@ -103,7 +99,7 @@ def _stage(course: Course, student: str, tmp: Path) -> list[str]:
             problems.append(f"{path.name}: no feedback, the autograded notebook could not be read "
                             f"({exc.__class__.__name__}: {str(exc)[:160]}); look at it by hand")
     for stem in course.notebook_names():
-        entry = notebooks.get(stem) if isinstance(notebooks, dict) else None
+        entry = notebooks.get(stem)
         if stem in staged or not isinstance(entry, dict) or not isinstance(entry.get("judge"), dict):
             continue
         try:
@@ -118,7 +114,6 @@ def _stage(course: Course, student: str, tmp: Path) -> list[str]:
 
 def pending_manual_grades(course: Course, students: list[str]) -> dict[tuple[str, str], list[str]]:
     """(student, notebook) -> the grade ids of the answers a TA has not graded yet (nbgrader's gradebook)."""
-
     out: dict[tuple[str, str], list[str]] = {}
     with Gradebook(course.db_url, COURSE_ID) as gb:
         for student in students:
@@ -170,12 +165,11 @@ def feedback(course: Course, students: list[str] | None = None,
              workers: int | None = None) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """Write grading/feedback/<student>/ex01/<notebook>.html.
 
-    Returns (student -> notebooks done, student -> problems). One student's notebook that cannot
-    be read or rendered is a problem for that student only: everyone else still gets feedback. A page
-    that shows a line of the judge's code the student did not write (:func:`leaked_judge_lines`) is
-    deleted and reported as that student's problem; it never stops the others' feedback. The pages are
-    rendered by ``workers`` nbgrader processes at once (:func:`feedback_workers`), each with a share of the
-    class in a scratch course of its own; a student's page does not depend on who shares the process."""
+    Returns (student -> notebooks done, student -> problems). A notebook that cannot be read or rendered, or
+    a page that shows a line of the judge's code the student did not write (:func:`leaked_judge_lines`, the
+    page deleted), is a problem for that student only. ``workers`` nbgrader processes render the pages
+    (:func:`feedback_workers`), each a share of the class in a scratch course of its own (a page does not
+    depend on who shares it)."""
     students = students or course.students()
     done: dict[str, list[str]] = {}
     problems: dict[str, list[str]] = {}
@@ -198,16 +192,16 @@ def feedback(course: Course, students: list[str] | None = None,
         count = feedback_workers(workers, len(staged))
         shares = [staged[i::count] for i in range(count)]
         roots = [tmp / f"part-{i}" for i in range(count)]
+        root_of = {student: roots[i % count] for i, student in enumerate(staged)}   # staged[i] is in shares[i % count]
         snapshot_db(course.db_path, tmp / "gradebook.db")
-        root_of = {}
-        for root, share in zip(roots, shares):
+        for root in roots:
             (root / "autograded").mkdir(parents=True)
             shutil.copyfile(tmp / "gradebook.db", root / "gradebook.db")
-            for student in share:
-                (tmp / "autograded" / student).rename(root / "autograded" / student)
-                root_of[student] = root
+        for student, root in root_of.items():
+            (tmp / "autograded" / student).rename(root / "autograded" / student)
         with ThreadPoolExecutor(count) as pool:
-            failed = {s: why for part in pool.map(_render, roots, shares, [course.assignment] * count) for s, why in part.items()}
+            failed = {s: why for part in pool.map(_render, roots, shares, [course.assignment] * count)
+                      for s, why in part.items()}
         secrets = course_secrets(course)
         for student in staged:
             out_dir = root_of[student] / "feedback" / student / course.assignment

@@ -2,14 +2,11 @@
 must never show (``python -m grader feedback`` renders the pages, grader/feedback.py).
 
 :func:`sanitise` makes an autograded notebook a page's notebook: hidden test blocks become a placeholder,
-error tracebacks that pass through grader code shrink to their final ``Error: message`` line (so neither
-hidden tests nor reference code leak through a traceback), the grader's integrity cell and the TA's rubrics
-are removed, outputs keep only the ANSI colour codes nbconvert can render and lose the grading machine's
-paths. No student HTML or JavaScript runs in a page (:func:`strip_active`, with grader/safehtml.py):
-markdown, HTML and SVG lose their scripts, handlers and dangerous URLs, JavaScript and widget outputs are
-dropped, and only image, text, HTML, markdown and LaTeX outputs are kept. A rendered page is searched for
-the judge's own source lines (:func:`leaked_judge_lines`, grader/checks/ and grader/probes/) that the
-student did not write.
+tracebacks through grader code shrink to their ``Error: message`` line (neither hidden tests nor reference
+code leak through one), the integrity cell and the TA's rubrics go, outputs keep only the ANSI colour codes
+nbconvert can render and lose the grading machine's paths, and nothing active stays (:func:`strip_active`,
+with grader/safehtml.py). A rendered page is searched for the judge's own source lines that the student did
+not write (:func:`leaked_judge_lines`).
 """
 
 from __future__ import annotations
@@ -62,11 +59,9 @@ def _safe_sgr(params: str) -> bool:
 
 
 def clean_ansi(text: str) -> str:
-    """``text`` with only the colour codes nbconvert can render: every other escape sequence
-    (cursor moves, window titles, malformed colours, stray ESC characters) is dropped.
-
-    One student's odd terminal output used to make nbgrader's HTML conversion raise, and the
-    feedback run failed for everyone."""
+    """``text`` with only the colour codes nbconvert can render: every other escape sequence (cursor moves,
+    window titles, malformed colours, stray ESC characters), which could make the HTML conversion raise, is
+    dropped."""
     if "\x1b" not in text:
         return text
     text = OSC.sub("", text)
@@ -110,25 +105,22 @@ def as_text(value) -> str | None:
     return None
 
 
+CLEANERS = {"text/html": clean_fragment, "text/markdown": safe_markdown, "image/svg+xml": clean_markdown}
+
+
 def _safe_mime(mime: str, value):
-    """An output's or attachment's value of ``mime`` with its active content removed, or None."""
+    """An output's value of ``mime`` with its active content removed, or None."""
     text = as_text(value)
     if text is None:
         return None
-    if mime == "text/html":
-        return clean_fragment(text)
-    if mime == "text/markdown":
-        return safe_markdown(text)
-    if mime == "image/svg+xml":
-        return clean_markdown(text)
+    if mime in CLEANERS:
+        return CLEANERS[mime](text)
     if mime.startswith("image/"):
         return text if BASE64.fullmatch(text) else None   # it goes into an <img src="data:..."> as it is
     return text
 
 
 ATTACHMENT_LINK = re.compile(r"attachment:([^\s)\]\"'<>]+)")
-
-
 SCRATCH_PATH = re.compile(r"(?:/[^\s'\"/<>]+)*/las-(?:autograde|nbgrader|sync|release)-[^\s'\"<>]*")
 
 
@@ -140,7 +132,6 @@ def scrub_host(text: str) -> str:
         if len(path) > 4:
             text = text.replace(path, "<grader>")
     return text
-
 
 
 def _safe_output(out: dict) -> dict | None:
@@ -225,10 +216,9 @@ def strip_active_outputs(nb: dict) -> dict:
 
 
 def strip_active(nb: dict) -> dict:
-    """``nb`` (in place) without anything that would run in a browser: markdown and raw cells, HTML,
-    markdown and SVG outputs and attachments cleaned (grader/safehtml.py), JavaScript, widget and
-    other unknown outputs dropped, image data that is not base64 dropped, cell and notebook metadata
-    reduced to what the page needs (no widget state)."""
+    """``nb`` (in place) without anything that would run in a browser: markdown and raw cells, HTML, markdown
+    and SVG outputs and attachments cleaned (grader/safehtml.py), unknown outputs (JavaScript, widgets) and
+    image data that is not base64 dropped, cell and notebook metadata reduced to what the page needs."""
     nb["metadata"] = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
                       "language_info": {"name": "python", "pygments_lexer": "ipython3"}}
     for cell in nb["cells"]:

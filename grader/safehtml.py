@@ -4,32 +4,21 @@ A feedback page shows what a student wrote: markdown answers (raw HTML allowed),
 type, attachments. Three passes, all stdlib (``html.parser``):
 
 * :func:`clean_fragment` (an HTML output, a raw cell) and :func:`clean_page` (the rendered page) are an
-  **allow-list**: the input is parsed and written out again from the tokens, so only known tags and
-  attributes come out, every text and attribute value escaped; ``<script>``/``<style>`` content is
-  dropped, comments and declarations too, URLs keep only the ``http``, ``https`` and ``mailto``
-  schemes (an ``<img src>`` only ``data:image/...``), and a ``style`` attribute only when it loads nothing
-  and cannot draw over the page. Whatever a browser would have made of the input, what it gets
-  is this re-serialised token stream, so tricks that confuse a deny-list (``<ScRiPt>``, attributes
-  split by tabs or ``/``, ``<scr<script>ipt>``, ``jav&#x61;script:``) have nothing to hide in.
-  :func:`clean_page` keeps the ``<head>`` of nbconvert's template (its CSS and the MathJax loader, with
-  MathJax's Safe extension, which refuses ``\\href{javascript:...}`` in TeX, and configuration: the only
-  scripts it may keep) and treats everything from ``<body>`` on, where all student content is, as
-  untrusted.
-* :func:`clean_markdown` (markdown cells, ``text/markdown`` and SVG outputs) must leave the text
-  itself alone (``$a<b$`` is maths, not a tag): it removes only active elements (script, iframe,
-  object, embed, base, meta, form, svg animation...), ``on*`` handlers, ``srcdoc``, and dangerous URLs
-  in attributes and in markdown links, and copies everything else byte for byte. It is the first line
-  only: what it misses (markdown and html.parser do not always agree on what is a tag), the page
-  pass removes.
+  **allow-list**: the input is written out again from html.parser's tokens, so only known tags, attributes,
+  URL schemes (:func:`unsafe_url`) and styles come out, every text and attribute value escaped, and tricks
+  that confuse a deny-list (``<ScRiPt>``, attributes split by tabs or ``/``, ``<scr<script>ipt>``,
+  ``jav&#x61;script:``) have nothing to hide in. :func:`clean_page` keeps the template's ``<head>`` (its CSS
+  and MathJax, with the Safe extension: the only scripts kept) and treats everything from ``<body>`` on,
+  where all student content is, as untrusted.
+* :func:`clean_markdown` (markdown cells, ``text/markdown`` and SVG outputs) must leave the text alone
+  (``$a<b$`` is maths, not a tag): it removes only active elements, ``on*`` handlers, ``srcdoc`` and
+  dangerous URLs and copies the rest byte for byte. What it misses (markdown and html.parser do not always
+  agree on what is a tag), the page pass removes.
 
-No input holds the grader up: html.parser rescans the rest of the text from every ``<`` that starts a
-construct it cannot finish (``"<a b" * 20000``: one rescan per ``<``, 80 kB took seconds, 1 MB would take
-hours). Such a ``<`` after the text's last ``>`` can only ever be text, so that tail is handed over as
-text without being parsed (:meth:`_Tolerant.feed_all`), which keeps every cleaner linear in its input on
-the inputs we know of; and every cleaning call has a time budget (:data:`CLEAN_SECONDS`), past which
-the input is shown as escaped text (a page: as escaped source under a note). A markdown answer or an HTML
-fragment over :data:`CELL_CAP` characters is cut there, with a visible note, before it is cleaned
-(nbconvert's markdown renderer comes after us, with no limit of its own).
+No input holds the grader up: the parsers stay linear in their input (:meth:`_Tolerant.feed_all`), every
+cleaning call has a time budget (:data:`CLEAN_SECONDS`), past which the input is shown as escaped text, and
+a markdown answer or an HTML fragment is cut at :data:`CELL_CAP` characters, with a note (nbconvert's
+markdown renderer, which comes after us, has no limit of its own).
 """
 
 from __future__ import annotations
@@ -44,31 +33,24 @@ __all__ = ["clean_fragment", "clean_markdown", "clean_page", "looks_active", "sa
 #: Where nbconvert's template loads MathJax from (its ``mathjax_url``); the page's only remote script.
 MATHJAX_PREFIX = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/"
 SAFE_SCHEMES = frozenset(("http", "https", "mailto"))
-IMAGE_DATA = re.compile(r"data:image/(?:png|jpe?g|gif|webp|bmp|svg\+xml)[;,]")
+IMAGE_TYPES = r"image/(?:png|jpe?g|gif|webp|bmp|svg\+xml)[;,]"
+IMAGE_DATA = re.compile("data:" + IMAGE_TYPES)
 
-ALLOWED_TAGS = frozenset((
-    "html", "body", "main", "div", "span", "p", "br", "hr", "pre", "code", "kbd", "samp", "var", "tt",
-    "b", "strong", "i", "em", "u", "s", "strike", "del", "ins", "mark", "small", "big", "sub", "sup", "q",
-    "cite", "abbr", "dfn", "blockquote", "address", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "li",
-    "dl", "dt", "dd", "table", "thead", "tbody", "tfoot", "tr", "th", "td", "caption", "col", "colgroup",
-    "a", "img", "figure", "figcaption", "details", "summary", "section", "article", "header", "footer",
-    "nav", "aside", "center", "font", "label", "time", "ruby", "rt", "rp", "bdi", "bdo", "wbr", "hgroup",
-))
+ALLOWED_TAGS = frozenset("""
+    html body main div span p br hr pre code kbd samp var tt b strong i em u s strike del ins mark small big sub sup
+    q cite abbr dfn blockquote address h1 h2 h3 h4 h5 h6 ul ol li dl dt dd table thead tbody tfoot tr th td caption
+    col colgroup a img figure figcaption details summary section article header footer nav aside center font label
+    time ruby rt rp bdi bdo wbr hgroup""".split())
 VOID_TAGS = frozenset(("br", "hr", "img", "wbr", "col"))
 #: Elements whose content html.parser hands over as raw text: dropped with it in the body.
 RAW_TEXT = frozenset(("script", "style"))
 GLOBAL_ATTRS = frozenset(("class", "id", "title", "lang", "dir", "align", "valign", "width", "height", "style",
                           "role", "tabindex"))
-TAG_ATTRS = {
-    "a": frozenset(("href", "name")), "img": frozenset(("src", "alt")),
-    "td": frozenset(("colspan", "rowspan", "headers", "scope", "abbr")),
-    "th": frozenset(("colspan", "rowspan", "headers", "scope", "abbr")),
-    "ol": frozenset(("start", "type", "reversed")), "li": frozenset(("value",)),
-    "table": frozenset(("border", "cellpadding", "cellspacing", "summary")),
-    "col": frozenset(("span",)), "colgroup": frozenset(("span",)),
-    "blockquote": frozenset(("cite",)), "q": frozenset(("cite",)), "del": frozenset(("cite",)),
-    "ins": frozenset(("cite",)), "time": frozenset(("datetime",)), "details": frozenset(("open",)),
-}
+TAG_ATTRS = {tag: frozenset(names.split()) for tag, names in {
+    "a": "href name", "img": "src alt", "td": "colspan rowspan headers scope abbr",
+    "th": "colspan rowspan headers scope abbr", "ol": "start type reversed", "li": "value",
+    "table": "border cellpadding cellspacing summary", "col": "span", "colgroup": "span", "blockquote": "cite",
+    "q": "cite", "del": "cite", "ins": "cite", "time": "datetime", "details": "open"}.items()}
 URL_ATTRS = frozenset(("href", "src", "cite"))
 #: A ``style`` attribute is dropped when it could run or load something (any URL: ``url(``, ``image-set``, ``//``),
 #: hides a trick from a plain reading (an escape, a comment) or draws over the page (:func:`_unsafe_style`).
@@ -86,11 +68,7 @@ CELL_CAP = 200_000
 
 
 class _TooSlow(Exception):
-    """A cleaning call ran past its time budget."""
-
-
-def _deadline() -> float:
-    return time.perf_counter() + CLEAN_SECONDS
+    """A cleaning call ran past its time budget (or :func:`_surgery` past its work budget)."""
 
 
 def _cut(text: str, what: str) -> str:
@@ -126,33 +104,25 @@ def _unsafe_style(value: str) -> bool:
 
 
 def _safe_attrs(tag: str, attrs: list[tuple[str, str | None]]) -> list[tuple[str, str]]:
+    """The attributes of ``tag`` the allow-list keeps (a value None: ``""``): known, no unsafe URL or style."""
     allowed = TAG_ATTRS.get(tag, frozenset())
-    out = []
-    for name, value in attrs:
-        value = "" if value is None else value
-        if name not in GLOBAL_ATTRS and name not in allowed and not name.startswith("aria-"):
-            continue
-        if name in URL_ATTRS and unsafe_url(value, image=(tag == "img" and name == "src")):
-            continue
-        if name == "style" and _unsafe_style(value):
-            continue
-        out.append((name, value))
-    return out
+    return [(name, value or "") for name, value in attrs
+            if (name in GLOBAL_ATTRS or name in allowed or name.startswith("aria-"))
+            and not (name in URL_ATTRS and unsafe_url(value or "", image=(tag == "img" and name == "src")))
+            and not (name == "style" and _unsafe_style(value or ""))]
 
 
 COMMENT_CLOSE = re.compile(r"--\s*>")             # as _markupbase reads them
-SECTION_CLOSE = re.compile(r"]\s*]\s*>")
-MS_SECTION_CLOSE = re.compile(r"]\s*>")
+SECTION_CLOSE = {**dict.fromkeys(("temp", "cdata", "ignore", "include", "rcdata"), re.compile(r"]\s*]\s*>")),
+                 **dict.fromkeys(("if", "else", "endif"), re.compile(r"]\s*>"))}
 DECL_NAME = re.compile(r"[a-zA-Z][-_.a-zA-Z0-9]*")
 
 
 class _Tolerant(HTMLParser):
     """html.parser raises AssertionError on some malformed declarations (``<![x``, ``<![=``): a
     student must not be able to stop their own page with one. Such a ``<!`` is plain text.
-
-    ``deadline`` (a :func:`time.perf_counter` value): past it, the next token raises :class:`_TooSlow`."""
-
-    deadline = float("inf")
+    Past the ``deadline`` of :meth:`feed_all`, the next token raises :class:`_TooSlow`. Comments, processing
+    instructions, CDATA and bogus declarations are dropped (HTMLParser's own handlers do nothing)."""
 
     def parse_html_declaration(self, i):
         try:
@@ -171,10 +141,8 @@ class _Tolerant(HTMLParser):
 
     def parse_marked_section(self, i, report=1):
         name = DECL_NAME.match(self.rawdata, i + 3)
-        name = name.group().lower() if name else ""
-        if name in ("temp", "cdata", "ignore", "include", "rcdata") and self._last_match(SECTION_CLOSE) < i + 3:
-            return -1
-        if name in ("if", "else", "endif") and self._last_match(MS_SECTION_CLOSE) < i + 3:
+        close = SECTION_CLOSE.get(name.group().lower() if name else "")
+        if close is not None and self._last_match(close) < i + 3:
             return -1
         return super().parse_marked_section(i, report)
 
@@ -183,9 +151,7 @@ class _Tolerant(HTMLParser):
         cache = self.__dict__.setdefault("_last_matches", {})
         key = (pattern.pattern, len(self.rawdata))
         if key not in cache:
-            last = -1
-            for m in pattern.finditer(self.rawdata):
-                last = m.start()
+            last = max((m.start() for m in pattern.finditer(self.rawdata)), default=-1)
             while last >= 0 and (m := pattern.search(self.rawdata, last + 1)):   # one overlapping the last
                 last = m.start()
             cache[key] = last
@@ -196,12 +162,13 @@ class _Tolerant(HTMLParser):
             raise _TooSlow
         return super().updatepos(i, j)
 
-    def feed_all(self, text: str) -> None:
-        """``feed`` and ``close`` on ``text``, in time linear in its length. Every construct html.parser
-        knows (tag, end tag, comment, declaration, processing instruction) ends with a ``>``: after the
-        text's last ``>`` it finds none, only text, but it rescans the rest of the text from each ``<``
-        there before saying so. That tail is handed over as text, as the parser would have (unless an
-        unclosed ``<script>`` or ``<style>`` swallows it, which it then does here too)."""
+    def feed_all(self, text: str, deadline: float) -> None:
+        """``feed`` and ``close`` on ``text`` before ``deadline`` (a :func:`time.perf_counter` value), in time
+        linear in its length. Every construct html.parser knows ends with a ``>``: after the text's last ``>``
+        there is only text, but the parser rescans the rest from each ``<`` there to find that out. That tail is
+        handed over as text, as the parser would have (unless an unclosed ``<script>`` or ``<style>`` swallows
+        it, as it then does here too)."""
+        self.deadline = deadline
         gt = text.rfind(">") + 1
         self.feed(text[:gt])
         self.close()
@@ -228,66 +195,53 @@ class _AllowList(_Tolerant):
     # -- head: the template's
     def _head_start(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         values = dict(attrs)
+        src = values.get("src") or ""
         if tag in ("html", "head", "title"):
             self.out.append(f"<{tag}>")
         elif tag == "meta" and set(values) == {"charset"}:
             self.out.append(_start("meta", [("charset", values["charset"] or "utf-8")]))
         elif tag == "style":
-            self._raw(tag, "keep")
-            self.out.append("<style>")
-        elif tag == "script" and set(values) == {"src"} and (values["src"] or "").startswith(MATHJAX_PREFIX) \
-                and "Safe" in (values["src"] or "") and "\"" not in (values["src"] or ""):
+            self._raw(tag, "keep", "<style>")
+        elif tag == "script" and set(values) == {"src"} and src.startswith(MATHJAX_PREFIX) and "Safe" in src \
+                and '"' not in src:
             # MathJax with its Safe extension, which refuses \href{javascript:...} and friends in TeX
-            self._raw(tag, "keep")
-            self.out.append(_start("script", [("src", values["src"])]))
+            self._raw(tag, "keep", _start("script", [("src", src)]))
         elif tag == "script" and values == {"type": "text/x-mathjax-config"}:
-            self._raw(tag, "keep")
-            self.out.append('<script type="text/x-mathjax-config">')
+            self._raw(tag, "keep", '<script type="text/x-mathjax-config">')
         elif tag in RAW_TEXT:
             self._raw(tag, "drop")
 
-    def _raw(self, tag: str, how: str) -> None:
+    def _raw(self, tag: str, how: str, opening: str = "") -> None:
         self.raw, self.raw_tag = how, tag
+        self.out.append(opening)
 
     # -- tokens
-    def handle_starttag(self, tag, attrs):
+    def handle_starttag(self, tag, attrs, closed=False):
         if self.raw is not None:
             return
-        if not self.in_body:
-            if tag != "body":
+        if not self.in_body and (closed or tag != "body"):
+            if not (closed and tag in RAW_TEXT):   # a self-closed <script/> would leave the tag open in a browser
                 self._head_start(tag, attrs)
-                return
-            self.in_body = True
-        if tag in RAW_TEXT:
+            return
+        self.in_body = True
+        if tag in RAW_TEXT and not closed:
             self._raw(tag, "drop")
         elif tag in ALLOWED_TAGS:
             self.out.append(_start(tag, _safe_attrs(tag, attrs)))
+            if closed and tag not in VOID_TAGS:
+                self.out.append(f"</{tag}>")
 
     def handle_startendtag(self, tag, attrs):
-        if self.raw is not None:
-            return
-        if not self.in_body:
-            if tag not in RAW_TEXT:   # a self-closed <script/> would leave the tag open in a browser
-                self._head_start(tag, attrs)
-            return
-        if tag in ALLOWED_TAGS:
-            self.out.append(_start(tag, _safe_attrs(tag, attrs)))
-            if tag not in VOID_TAGS:
-                self.out.append(f"</{tag}>")
+        self.handle_starttag(tag, attrs, closed=True)
 
     def handle_endtag(self, tag):
-        if self.raw is not None:
-            if tag == self.raw_tag:
-                if self.raw == "keep":
-                    self.out.append(f"</{tag}>")
-                self.raw = None
-            return
-        if not self.in_body:
-            if tag in ("html", "head", "title"):
+        if self.raw is None:
+            if (tag in ALLOWED_TAGS and tag not in VOID_TAGS) if self.in_body else tag in ("html", "head", "title"):
                 self.out.append(f"</{tag}>")
-            return
-        if tag in ALLOWED_TAGS and tag not in VOID_TAGS:
-            self.out.append(f"</{tag}>")
+        elif tag == self.raw_tag:
+            if self.raw == "keep":
+                self.out.append(f"</{tag}>")
+            self.raw = None
 
     def handle_data(self, data):
         if self.raw == "keep":
@@ -299,32 +253,21 @@ class _AllowList(_Tolerant):
         if not self.in_body and decl.strip().lower() == "doctype html":
             self.out.append("<!DOCTYPE html>")
 
-    # comments, processing instructions, CDATA and bogus declarations: dropped
-    def handle_comment(self, data):
-        pass
 
-    def handle_pi(self, data):
-        pass
-
-    def unknown_decl(self, data):
-        pass
-
-
-def _allow_list(text: str, page: bool) -> str:
+def _allow_list(text: str, page: bool, slow: str = "{}") -> str:
+    """``text`` through :class:`_AllowList`; past :data:`CLEAN_SECONDS`, ``slow`` with the text escaped in it."""
     parser = _AllowList(page)
-    parser.deadline = _deadline()
-    parser.feed_all(text)
+    try:
+        parser.feed_all(text, time.perf_counter() + CLEAN_SECONDS)
+    except (_TooSlow, RecursionError):
+        return slow.format(html.escape(text))
     return "".join(parser.out)
 
 
 def clean_fragment(text: str) -> str:
     """An HTML fragment (a ``text/html`` output, a raw cell) with only allowed tags and attributes, cut
     at :data:`CELL_CAP` characters; all of it escaped text if cleaning runs past :data:`CLEAN_SECONDS`."""
-    text = _cut(text, "HTML")
-    try:
-        return _allow_list(text, page=False)
-    except (_TooSlow, RecursionError):
-        return html.escape(text)
+    return _allow_list(_cut(text, "HTML"), page=False)
 
 
 #: What a page that could not be cleaned in time becomes: its source, escaped, under a note.
@@ -336,20 +279,15 @@ SLOW_PAGE = ('<!DOCTYPE html>\n<html>\n<head>\n<meta charset="utf-8">\n<title>Fe
 def clean_page(text: str) -> str:
     """A whole page rendered by nbconvert: the template's head as it was (CSS, MathJax), the body
     through the allow-list; past :data:`CLEAN_SECONDS`, the page's source as escaped text (:data:`SLOW_PAGE`)."""
-    try:
-        return _allow_list(text, page=True)
-    except (_TooSlow, RecursionError):
-        return SLOW_PAGE.format(html.escape(text))
+    return _allow_list(text, page=True, slow=SLOW_PAGE)
 
 
 # ----------------------------------------------------------------------------- markdown and SVG
 #: Removed from markdown and SVG wherever they appear (their content stays, except a script's or style's).
-ACTIVE_TAGS = frozenset((
-    "script", "style", "iframe", "frame", "frameset", "object", "embed", "applet", "base", "meta", "link",
-    "form", "input", "button", "textarea", "select", "option", "noscript", "template", "portal", "xmp",
-    "plaintext", "noembed", "noframes", "param", "math", "handler", "listener", "foreignobject", "animate",
-    "set", "animatemotion", "animatetransform", "animatecolor", "discard", "audio", "video", "source", "track",
-))
+ACTIVE_TAGS = frozenset("""
+    script style iframe frame frameset object embed applet base meta link form input button textarea select option
+    noscript template portal xmp plaintext noembed noframes param math handler listener foreignobject animate set
+    animatemotion animatetransform animatecolor discard audio video source track""".split())
 ACTIVE_ATTRS = frozenset(("srcdoc", "formaction", "action", "background", "dynsrc", "lowsrc", "ping", "srcset",
                           "codebase", "classid", "archive", "data", "poster", "xmlns:xlink", "attributename",
                           "values", "from", "to", "by"))
@@ -365,11 +303,13 @@ TAG_NAME = re.compile(r"<[^\t\n\r\f />\x00]+")
 TAG_NAME_MD = re.compile(r"[a-z][a-z0-9-]*")    # a tag name as CommonMark reads raw HTML (html.parser lowercases)
 
 
-def _markdown_url_unsafe(url: str) -> bool:
-    """A markdown link destination: entities and backslash escapes are decoded before it is a URL.
-    ``attachment:name`` is the cell's own attachment, which nbconvert turns into an image data URL."""
-    url = MD_ESCAPE.sub(r"\1", html.unescape(url))
-    return not url.startswith("attachment:") and unsafe_url(url) and unsafe_url(url, image=True)
+def _safe_link(m: re.Match) -> str:
+    """A markdown link or reference (groups: what precedes the destination, the destination), its destination
+    ``#`` if unsafe. Entities and backslash escapes are decoded before it is a URL; ``attachment:name`` is the
+    cell's own attachment, which nbconvert turns into an image data URL."""
+    url = MD_ESCAPE.sub(r"\1", html.unescape(m.group(2)))
+    unsafe = not url.startswith("attachment:") and unsafe_url(url) and unsafe_url(url, image=True)
+    return m.group(1) + ("#" if unsafe else m.group(2))
 
 
 RAW_CLOSE = {tag: re.compile(rf"</\s*{tag}\s*>", re.I) for tag in RAW_TEXT}
@@ -378,10 +318,10 @@ RAW_CLOSE = {tag: re.compile(rf"</\s*{tag}\s*>", re.I) for tag in RAW_TEXT}
 class _Surgeon(_Tolerant):
     """Copy text as it is, except active elements and attributes (see :func:`clean_markdown`)."""
 
-    def __init__(self, nested: list | None = None):
+    def __init__(self, nested: list):
         super().__init__(convert_charrefs=False)
         self.out: list = []
-        self.nested = [] if nested is None else nested   # (text, where its cleaned form goes): see _surgery
+        self.nested = nested   # (text, where its cleaned form goes): see _surgery
         self.drop_raw = False
         self.no_cdata = False
         self.start_at = self.end_at = 0
@@ -391,24 +331,23 @@ class _Surgeon(_Tolerant):
         return super().parse_starttag(i)
 
     def set_cdata_mode(self, elem):
-        if self.no_cdata:   # a <script> or <style> that is never closed: its "content" is parsed as markup
-            self.no_cdata = False
-            return
-        super().set_cdata_mode(elem)
+        if not self.no_cdata:   # no_cdata: a <script> or <style> never closed, its "content" is parsed as markup
+            super().set_cdata_mode(elem)
+        self.no_cdata = False
 
     def _odd_name(self, raw: str, prefix: str) -> None:
         """A tag whose name markdown would not take for one (``<scr<script>``: html.parser reads the name
-        ``scr<script``, mistune and CommonMark some text and then a ``<script>``): the rest of its text is
-        cleaned on its own, as markdown would read it. (What the removal joins up, ``<scr`` + ``ipt>``,
-        the next round of :func:`clean_markdown` sees.) The rest is queued, not cleaned here: a name
-        holds as many ``<`` as the student typed, and one nested call per ``<`` would hit Python's
-        recursion limit (600 characters of markdown did)."""
-        self.out.append(prefix)
+        ``scr<script``, mistune and CommonMark text and then a ``<script>``): the rest of its text is cleaned
+        on its own, as markdown would read it (what the removal joins up, ``<scr`` + ``ipt>``, the next round
+        of :func:`clean_markdown` sees). Queued, not cleaned here: a name holds as many ``<`` as the student
+        typed, and one nested call per ``<`` would hit Python's recursion limit."""
         slot: list = []
-        self.out.append(slot)
+        self.out += [prefix, slot]
         self.nested.append((raw[len(prefix):], slot))
 
-    def _tag(self, tag: str, attrs) -> None:
+    def handle_starttag(self, tag, attrs):
+        if self.drop_raw:
+            return
         raw = self.get_starttag_text() or ""
         if ":" in tag:   # <https://...> is a markdown autolink (a safe one: see MD_AUTOLINK); <svg:script> is not
             if MD_AUTOLINK.fullmatch(raw) and not unsafe_url(html.unescape(raw[1:-1])):
@@ -418,14 +357,11 @@ class _Surgeon(_Tolerant):
             self._odd_name(raw, "<")
             return
         if tag in ACTIVE_TAGS:
-            if tag in RAW_TEXT and not raw.rstrip().endswith("/>"):
-                if self._last_close(tag) >= self.start_at + len(raw):
-                    self.drop_raw = True
-                else:
-                    self.no_cdata = True
+            if tag in RAW_TEXT and not raw.rstrip().endswith("/>"):   # its content: dropped, or markup if never closed
+                closed = self._last_match(RAW_CLOSE[tag]) >= self.start_at + len(raw)   # found once per text
+                self.drop_raw, self.no_cdata = closed, not closed
             return
-        bad = any(self._bad_attr(tag, name.lower(), value or "") for name, value in attrs)
-        if not bad:
+        if not any(self._bad_attr(tag, name.lower(), value or "") for name, value in attrs):
             self.out.append(raw)
             return
         # rewrite the tag from its own text: the surviving attributes keep their spelling and case (SVG)
@@ -443,10 +379,7 @@ class _Surgeon(_Tolerant):
         kept.append(" />" if raw.rstrip().endswith("/>") else ">")
         self.out.append("".join(kept))
 
-    def _last_close(self, tag: str) -> int:
-        """Where the last ``</tag>`` of the text being parsed starts (-1: none). Found once per text, not
-        searched for from every ``<script>`` (``"<script>" * 10000`` would rescan the text each time)."""
-        return self._last_match(RAW_CLOSE[tag])
+    handle_startendtag = handle_starttag   # no end tag of its own: the text is copied as written
 
     @staticmethod
     def _bad_attr(tag: str, name: str, value: str) -> bool:
@@ -457,17 +390,7 @@ class _Surgeon(_Tolerant):
             return unsafe_url(value, image=(tag in ("img", "image") and name in ("src", "href", "xlink:href")))
         if name == "style":
             return _unsafe_style(value)
-        if tag == "meta" or name == "http-equiv":
-            return True
-        return False
-
-    def handle_starttag(self, tag, attrs):
-        if not self.drop_raw:
-            self._tag(tag, attrs)
-
-    def handle_startendtag(self, tag, attrs):
-        if not self.drop_raw:
-            self._tag(tag, attrs)
+        return tag == "meta" or name == "http-equiv"
 
     def parse_endtag(self, i):
         self.end_at = i
@@ -475,41 +398,24 @@ class _Surgeon(_Tolerant):
 
     def handle_endtag(self, tag):
         if self.drop_raw:
-            if tag in RAW_TEXT:
-                self.drop_raw = False
-            return
-        if tag in ACTIVE_TAGS or ":" in tag:
-            return
-        gt = self.rawdata.find(">", self.end_at)   # the end tag as written (SVG's </linearGradient>)
-        raw = self.rawdata[self.end_at:gt + 1] if gt >= 0 else f"</{tag}>"
-        if TAG_NAME_MD.fullmatch(tag):
-            self.out.append(raw)
-        else:
-            self._odd_name(raw, "</")
+            self.drop_raw = tag not in RAW_TEXT
+        elif tag not in ACTIVE_TAGS and ":" not in tag:
+            gt = self.rawdata.find(">", self.end_at)   # the end tag as written (SVG's </linearGradient>)
+            raw = self.rawdata[self.end_at:gt + 1] if gt >= 0 else f"</{tag}>"
+            if TAG_NAME_MD.fullmatch(tag):
+                self.out.append(raw)
+            else:
+                self._odd_name(raw, "</")
 
     def handle_data(self, data):
         if not self.drop_raw:
             self.out.append(data)
 
     def handle_entityref(self, name):
-        if not self.drop_raw:
-            self.out.append(f"&{name};")
+        self.handle_data(f"&{name};")
 
     def handle_charref(self, name):
-        if not self.drop_raw:
-            self.out.append(f"&#{name};")
-
-    def handle_decl(self, decl):
-        pass
-
-    def handle_comment(self, data):
-        pass
-
-    def handle_pi(self, data):
-        pass
-
-    def unknown_decl(self, data):
-        pass
+        self.handle_data(f"&#{name};")
 
 
 #: Odd tag names (``<a<a<a...``) cleaned one after the other in one text: past this many, or past
@@ -518,11 +424,7 @@ class _Surgeon(_Tolerant):
 MAX_NESTED = 2000
 
 
-class _TooNested(Exception):
-    pass
-
-
-def _surgery(text: str, deadline: float = float("inf")) -> str:
+def _surgery(text: str, deadline: float) -> str:
     """:class:`_Surgeon` on ``text``, the rest of every odd tag name cleaned on its own, iteratively:
     a work list, never recursion, so no markdown can exhaust the stack. Past ``deadline``: :class:`_TooSlow`."""
     root: list = []
@@ -533,20 +435,17 @@ def _surgery(text: str, deadline: float = float("inf")) -> str:
         rounds += 1
         budget -= len(piece)
         if rounds > MAX_NESTED or budget < 0:
-            raise _TooNested
+            raise _TooSlow
         parser = _Surgeon(work)
-        parser.deadline = deadline
-        parser.feed_all(piece)
+        parser.feed_all(piece, deadline)
         slot.extend(parser.out)
-    out, stack = [], [iter(root)]
+    out, stack = [], [root]
     while stack:   # flatten the nested slots, in order
-        for part in stack[-1]:
-            if isinstance(part, list):
-                stack.append(iter(part))
-                break
-            out.append(part)
+        part = stack.pop()
+        if isinstance(part, list):
+            stack.extend(reversed(part))
         else:
-            stack.pop()
+            out.append(part)
     return "".join(out)
 
 
@@ -556,26 +455,19 @@ def clean_markdown(text: str) -> str:
     ``formaction``, no dangerous URL in an attribute, a markdown link, a reference or an autolink.
     Repeated until nothing changes, so removing one piece cannot assemble another
     (``<scr<script></script>ipt>``). Past :data:`CLEAN_SECONDS`, the text is shown escaped."""
+    deadline, cleaned = time.perf_counter() + CLEAN_SECONDS, text
     try:
-        return _clean_markdown(text, _deadline())
-    except (_TooNested, _TooSlow):
+        for _ in range(10):
+            before = cleaned
+            cleaned = MD_AUTOLINK.sub(lambda m: html.escape(m.group(1)) if unsafe_url(html.unescape(m.group(1)))
+                                      else m.group(0), cleaned)
+            cleaned = MD_REFERENCE.sub(_safe_link, MD_LINK.sub(_safe_link, cleaned))
+            cleaned = _surgery(cleaned, deadline)
+            if cleaned == before:
+                return cleaned
+    except (_TooSlow, RecursionError):   # RecursionError: a stdlib parser on some input we have not met
         return html.escape(text)
-    except RecursionError:   # a parser of the standard library on some input we have not met: text it is
-        return html.escape(text)
-
-
-def _clean_markdown(text: str, deadline: float) -> str:
-    for _ in range(10):
-        before = text
-        text = MD_AUTOLINK.sub(lambda m: html.escape(m.group(1)) if unsafe_url(html.unescape(m.group(1)))
-                               else m.group(0), text)
-        text = MD_LINK.sub(lambda m: m.group(1) + ("#" if _markdown_url_unsafe(m.group(2)) else m.group(2)), text)
-        text = MD_REFERENCE.sub(lambda m: m.group(1) + ("#" if _markdown_url_unsafe(m.group(2)) else m.group(2)),
-                                text)
-        text = _surgery(text, deadline)
-        if text == before:
-            return text
-    return html.escape(text)   # still changing after ten rounds: show it as text
+    return html.escape(cleaned)   # still changing after ten rounds: show it as text
 
 
 # ----------------------------------------------------------------------------- checked against the renderer
@@ -584,7 +476,7 @@ ACTIVE_MARKUP = re.compile(r"<\s*/?\s*(?:script|style|iframe|frame|frameset|obje
                            r"|noframes|animate|set|handler|listener|foreignobject)(?![\w-])", re.I)
 HANDLER = re.compile(r"<[^>]*?[\s/\"'`]on[a-z]+\s*=", re.I)
 ACTIVE_URL = re.compile(r"(?:href|src|action|formaction|data|poster|background|srcdoc|cite|ping|xlink:href)=[\"'`]?"
-                        r"(?:javascript|vbscript|livescript|data(?!:image/(?:png|jpe?g|gif|webp|bmp|svg\+xml)[;,])):", re.I)
+                        rf"(?:javascript|vbscript|livescript|data(?!:{IMAGE_TYPES})):", re.I)
 STYLE_CODE = re.compile(r"style=[^>]*(?:expression|javascript|url\()", re.I)
 
 
