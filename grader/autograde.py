@@ -74,12 +74,8 @@ def grade_notebook(course: Course, student: str, notebook: str, settings: Settin
 def grade_student(course: Course, student: str, notebooks: list[str], settings: Settings, workroot: Path,
                   references: dict[str, dict | None]) -> list[NotebookResult]:
     """Autograde every notebook of one student (one job of the batch); never raises for student faults.
-    ``references`` maps each notebook to the solution's evidence (judge.reference_records).
-
-    Each notebook is read defensively and audited here (:func:`read_submission`); then ONE sandboxed
-    session (grader/session.py) runs every readable notebook's full run and judge probes, importing the
-    libraries once and running each setup cell once for both (:func:`run_session_of`); the judge's points
-    are decided here, outside the sandbox (:func:`judge_job`)."""
+    ``references`` maps each notebook to the solution's evidence (judge.reference_records). Each notebook
+    is read and audited here, runs in the student's one session, and is judged here (:func:`judge_job`)."""
     started = time.monotonic()
     results = [NotebookResult(student, nb) for nb in notebooks]
     jobs = [job for job in (read_submission(course, student, result) for result in results) if job is not None]
@@ -142,8 +138,7 @@ def judge_job(context: StepContext, tail: str, reference: dict | None) -> None:
     (grader/steps.py), written once. A notebook whose results trip the grader costs its own points only.
     ``tail``: the session's log, which the judge reads even where the steps do not show it."""
     job, records = context.job, context.records
-    stops = sum(r.get("stopped") or 0 for r in records if r.get("kind") == "notebook_done"
-                and isinstance(r.get("stopped"), int))
+    stops = sum(r["stopped"] for r in records if r.get("kind") == "notebook_done" and isinstance(r.get("stopped"), int))
     if stops:
         job.result.flag("review", f"{job.notebook}: code in the notebook stopped its own grading process "
                         f"({stops} time{'s' if stops > 1 else ''}, SIGSTOP); the grader continued it "
@@ -181,9 +176,8 @@ OVERLOAD_RETRIES = 2
 def overloaded(results: list, prot: dict) -> str:
     """Why the checks of a student that timed out may be the machine's fault ("" when they are not):
     no per-student CPU cgroup, and more runnable processes than cores over the last minute."""
-    timed = any(r.verdict is not None and any(not c.passed and ("did not finish" in c.message or
-                                                                "was used up" in c.message)
-                                              for c in r.verdict.cases) for r in results)
+    timed = any(not c.passed and ("did not finish" in c.message or "was used up" in c.message)
+                for r in results if r.verdict is not None for c in r.verdict.cases)
     if not timed or prot.get("cpu_cgroup"):
         return ""
     try:
@@ -199,12 +193,10 @@ def autograde(course: Course, students: list[str] | None = None, settings: Setti
     """Grade ``students`` (default: everyone in grading/submitted), one job per student, ``workers`` at
     a time. Returns student -> status dict (grading/status/<student>.json).
 
-    Each finished student is merged into the gradebook and their status file written at once, with a
-    fingerprint of what was graded (grader/batch.py): a batch killed half-way loses only the students
-    in flight, and running it again skips every student whose status carries the fingerprint of the
-    present submission, assignment, grader, seed and settings (``regrade``: grade them all again).
-    ``summary``, if given, receives the run's figures (graded, skipped, seconds, worker_seconds);
-    ``bar`` shows a tqdm bar on a terminal's stderr (the progress lines still go to ``progress``)."""
+    Each finished student is merged and their status file written at once, with a fingerprint of what was
+    graded (grader/batch.py): a batch killed half-way loses only the students in flight, and a rerun skips
+    every student graded with the same inputs (``regrade``: grade them all again). ``summary`` receives the
+    run's figures (graded, skipped, seconds, worker_seconds); ``bar`` shows a tqdm bar on a terminal."""
     settings = settings or Settings()
     notebooks = sync_assignment(course) if sync or not course.db_path.exists() else course.notebook_names()
     students = _known_students(course, students)
@@ -262,11 +254,8 @@ def _known_students(course: Course, students: list[str] | None) -> list[str]:
 
 def _graded_before(course: Course, students: list[str], fingerprints: dict, regrade: bool, say) -> dict[str, dict]:
     """student -> status of those already graded with these inputs (none with ``regrade``), said in one line."""
-    statuses = {}
-    for s in students:
-        status = course.read_json("status", s)
-        if not regrade and is_finished(status, fingerprints[s]):
-            statuses[s] = status
+    read = {s: course.read_json("status", s) for s in students}
+    statuses = {s: status for s, status in read.items() if not regrade and is_finished(status, fingerprints[s])}
     if statuses:
         names = sorted(statuses)
         say(f"skipped {len(names)} of {len(students)} students, graded before with these submissions, "
@@ -276,10 +265,9 @@ def _graded_before(course: Course, students: list[str], fingerprints: dict, regr
 
 
 def reference_values(course: Course, notebooks: list[str], settings: Settings, workroot: Path, say) -> dict:
-    """notebook -> the judge's reference records: the solution's values for this batch's seed, computed
-    outside the sandbox (or read from grading/cache/), ``settings.workers`` notebooks at a time. Only for the
-    notebooks the batch's students handed in (Course.handed_in): a notebook nobody submitted is graded 0
-    without the judge."""
+    """notebook -> the judge's reference records for this batch's seed (judge.reference_records, cached in
+    grading/cache/), ``settings.workers`` at a time, for the notebooks the batch's students handed in only:
+    a notebook nobody submitted is graded 0 without the judge."""
     def one(nb: str) -> dict:
         say(f"judge: reference values of {nb} (the solution, outside the sandbox)")
         release = json.loads((course.release / f"{nb}.ipynb").read_text(encoding="utf-8"))
@@ -334,10 +322,9 @@ def _finish_student(course: Course, s: str, future, notebooks: list[str], prot: 
 
 
 def _sigterm_as_interrupt():
-    """Make SIGTERM (Slurm's scancel and time limit, kill, a node's shutdown) raise KeyboardInterrupt
-    like Ctrl-C, once, so the batch's ``finally`` removes its las-autograde-* scratch folder; later
-    SIGTERMs are ignored while it cleans up. Returns the previous handler (None off the main thread,
-    where signal handlers cannot be set)."""
+    """Make SIGTERM (Slurm's scancel, kill, a node's shutdown) raise KeyboardInterrupt like Ctrl-C, once, so the
+    batch's ``finally`` removes its scratch folder; later SIGTERMs are ignored while it cleans up. Returns the
+    previous handler (None off the main thread, where signal handlers cannot be set)."""
     def interrupt(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise KeyboardInterrupt("SIGTERM")

@@ -22,6 +22,7 @@ student's environment.
 from __future__ import annotations
 
 import base64
+import builtins
 import math
 import sys
 from dataclasses import dataclass
@@ -81,20 +82,20 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_STR else text[:MAX_STR] + f"... [{len(text) - MAX_STR} more characters]"
 
 
-def _array_record(arr, dtype_name: str, shape, requires_grad: bool, cls: str, budget: _Budget) -> dict:
+def _array_record(tag: str, arr, dtype_name: str, shape, requires_grad: bool, cls: str, budget: _Budget) -> dict:
+    """``{tag: record}`` of an array's little-endian bytes, or a toolarge record once ``budget`` is spent."""
     arr = sys.modules["numpy"].ascontiguousarray(arr)
     if arr.dtype.byteorder == ">":
         arr = arr.byteswap().view(arr.dtype.newbyteorder("<"))
     raw = arr.tobytes()
     if not budget.spend(len(raw) * 4 // 3 + 200):
         return {"toolarge": {"what": f"{cls} of shape {list(shape)} ({len(raw)} bytes)"}}
-    return {"dtype": dtype_name, "shape": [int(s) for s in shape], "data": base64.b64encode(raw).decode("ascii"),
-            "requires_grad": bool(requires_grad), "cls": cls}
+    return {tag: {"dtype": dtype_name, "shape": [int(s) for s in shape], "data": base64.b64encode(raw).decode("ascii"),
+                  "requires_grad": bool(requires_grad), "cls": cls}}
 
 
 def _encode_tensor(x, budget: _Budget) -> dict:
     torch = sys.modules["torch"]
-    cls = type(x).__name__
     dtype_name = str(x.dtype).replace("torch.", "")
     if dtype_name not in _DTYPES:
         return {"object": {"type": f"torch.Tensor[{dtype_name}]", "repr": ""}}
@@ -104,12 +105,8 @@ def _encode_tensor(x, budget: _Budget) -> dict:
     if y.device.type != "cpu":
         y = y.cpu()
     y = torch.Tensor.contiguous(torch.Tensor.as_subclass(y, torch.Tensor))
-    if dtype_name == "bfloat16":  # numpy has no bfloat16: ship the bits as int16
-        arr = y.view(torch.int16).numpy()
-    else:
-        arr = y.numpy()
-    record = _array_record(arr, dtype_name, tuple(y.shape), x.requires_grad, cls, budget)
-    return record if "toolarge" in record else {"tensor": record}
+    arr = y.view(torch.int16).numpy() if dtype_name == "bfloat16" else y.numpy()   # numpy has no bfloat16: its bits
+    return _array_record("tensor", arr, dtype_name, tuple(y.shape), x.requires_grad, type(x).__name__, budget)
 
 
 def encode(value, budget: int = MAX_CASE_BYTES, _depth: int = 0, _b: _Budget | None = None):
@@ -141,11 +138,9 @@ def encode(value, budget: int = MAX_CASE_BYTES, _depth: int = 0, _b: _Budget | N
                 return {"object": {"type": f"numpy.ndarray[{name}]", "repr": ""}}
             if value.nbytes > MAX_CASE_BYTES:
                 return {"toolarge": {"what": f"array of shape {list(value.shape)}"}}
-            record = _array_record(value, name, value.shape, False, "ndarray", b)
-            return record if "toolarge" in record else {"ndarray": record}
+            return _array_record("ndarray", value, name, value.shape, False, "ndarray", b)
         if np is not None and isinstance(value, np.generic) and str(value.dtype) in _DTYPES:
-            record = _array_record(np.asarray(value), str(value.dtype), (), False, "numpy-scalar", b)
-            return record if "toolarge" in record else {"ndarray": record}
+            return _array_record("ndarray", np.asarray(value), str(value.dtype), (), False, "numpy-scalar", b)
         if isinstance(value, (list, tuple)):
             items = list(value)[:MAX_ITEMS + 1]
             if len(items) > MAX_ITEMS:
@@ -171,14 +166,12 @@ def encode(value, budget: int = MAX_CASE_BYTES, _depth: int = 0, _b: _Budget | N
         return {"object": {"type": "unencodable", "repr": _clip(f"{exc.__class__.__name__}: {exc}")}}
 
 
-import builtins as _builtins
-
 # The built-in exception classes, taken when this module is imported (before any student code
 # runs): whether a raised exception "is a ValueError" is decided by identity with these objects,
 # never by a class's name, so a student's class named ValueError (or one whose metaclass rewrites
 # its mro) is not one.
-_BUILTIN_EXCEPTIONS = tuple((name, cls) for name, cls in vars(_builtins).items()
-                            if isinstance(cls, type) and issubclass(cls, BaseException))
+_BUILTIN_EXCEPTIONS = {name: cls for name, cls in vars(builtins).items()
+                       if isinstance(cls, type) and issubclass(cls, BaseException)}
 
 
 def raised(exc: BaseException) -> Raised:
@@ -189,19 +182,17 @@ def raised(exc: BaseException) -> Raised:
     except Exception:  # noqa: BLE001
         own = "?"
     try:
-        mro = tuple(name for name, cls in _BUILTIN_EXCEPTIONS if isinstance(exc, cls) and
-                    cls in type.__getattribute__(type(exc), "__mro__"))
+        real = [name for name, cls in _BUILTIN_EXCEPTIONS.items() if isinstance(exc, cls) and
+                cls in type.__getattribute__(type(exc), "__mro__")]
     except Exception:  # noqa: BLE001
-        mro = ()
-    builtin_self = own in dict(_BUILTIN_EXCEPTIONS) and dict(_BUILTIN_EXCEPTIONS)[own] is type(exc)
-    mro = (own, *mro) if not builtin_self else (own, *(m for m in mro if m != own))
-    mro = tuple(dict.fromkeys(mro))
+        real = []
+    mro = tuple(dict.fromkeys((own, *real)))
     try:
         message = str(exc)
     except Exception:  # noqa: BLE001
         message = ""
-    if not builtin_self:
-        shown = f"{own} (a class of your own, not Python's {own})" if own in dict(_BUILTIN_EXCEPTIONS) else own
+    if _BUILTIN_EXCEPTIONS.get(own) is not type(exc):   # not Python's own class of that name
+        shown = f"{own} (a class of your own, not Python's {own})" if own in _BUILTIN_EXCEPTIONS else own
         mro = (shown, *mro[1:])
     return Raised(type=mro[0], classes=mro, message=_clip(message))
 
@@ -235,6 +226,14 @@ def _decode_array(rec: dict, as_tensor: bool):
     return t
 
 
+# tag -> (whether its body is well formed, the value it stands for)
+_SCALARS = {"none": (lambda body: True, lambda body: None),
+            "bool": (lambda body: type(body) is bool, bool),
+            "int": (lambda body: isinstance(body, str) and len(body) <= 310, int),
+            "float": (lambda body: isinstance(body, str) and len(body) <= 40, float),
+            "str": (lambda body: isinstance(body, str), str)}
+
+
 def decode(obj, _depth: int = 0):
     """Rebuild a value from its encoded form; raise :class:`EvidenceError` on anything malformed."""
     if _depth > MAX_DEPTH + 2:
@@ -242,36 +241,21 @@ def decode(obj, _depth: int = 0):
     if not isinstance(obj, dict) or len(obj) != 1:
         raise EvidenceError("an evidence value must be an object with one key")
     (tag, body), = obj.items()
-    if tag == "none":
-        return None
-    if tag == "bool":
-        if type(body) is not bool:
-            raise EvidenceError("bad bool")
-        return body
-    if tag == "int":
-        if not isinstance(body, str) or len(body) > 310:
-            raise EvidenceError("bad int")
-        return int(body)
-    if tag == "float":
-        if not isinstance(body, str) or len(body) > 40:
-            raise EvidenceError("bad float")
-        return float(body)
-    if tag == "str":
-        if not isinstance(body, str):
-            raise EvidenceError("bad str")
-        return body
+    if tag in _SCALARS:
+        well_formed, rebuild = _SCALARS[tag]
+        if not well_formed(body):
+            raise EvidenceError(f"bad {tag}")
+        return rebuild(body)
     if tag == "tensor":
         return _decode_array(body, as_tensor=True)
     if tag == "ndarray":
         return _decode_array(body, as_tensor=False)
-    if tag in ("list", "tuple"):
+    if tag in ("list", "tuple", "dict"):
         if not isinstance(body, list) or len(body) > MAX_ITEMS:
             raise EvidenceError(f"bad {tag}")
-        items = [decode(v, _depth + 1) for v in body]
-        return items if tag == "list" else tuple(items)
-    if tag == "dict":
-        if not isinstance(body, list) or len(body) > MAX_ITEMS:
-            raise EvidenceError("bad dict")
+        if tag != "dict":
+            items = [decode(v, _depth + 1) for v in body]
+            return items if tag == "list" else tuple(items)
         out = {}
         for pair in body:
             if not isinstance(pair, list) or len(pair) != 2:

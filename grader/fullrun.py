@@ -27,18 +27,17 @@ def submitted_outputs(outputs, secrets: tuple = ()) -> list[dict]:
     plain text (capped), PNG/JPEG images (capped), an error as plain stderr text (never an error
     output, so nothing reads it as the full run's); no HTML, markdown, SVG or script (no overlay, no
     external image or link), never more than :data:`SUBMITTED_OUTPUTS` outputs."""
-    kept: list[dict] = []
+    items = outputs if isinstance(outputs, list) else []
+    kept: list[dict] = []   # every item not kept is counted as not shown
     text_left, image_left = SUBMITTED_TEXT, SUBMITTED_IMAGES
-    dropped = 0
 
     def text_of(value) -> str:
         nonlocal text_left
         value = as_text(value) or ""
         cut, text_left = value[:max(text_left, 0)], text_left - len(value)
         return cut
-    for out in outputs if isinstance(outputs, list) else []:
+    for out in items:
         if not isinstance(out, dict) or len(kept) >= SUBMITTED_OUTPUTS or text_left <= 0:
-            dropped += 1
             continue
         kind = out.get("output_type")
         if kind == "stream":
@@ -60,10 +59,7 @@ def submitted_outputs(outputs, secrets: tuple = ()) -> list[dict]:
                 shown["text/plain"] = text_of(data["text/plain"])
             if shown:
                 kept.append({"output_type": "display_data", "data": shown, "metadata": {}})
-            else:
-                dropped += 1
-        else:
-            dropped += 1
+    dropped = len(items) - len(kept)
     if dropped:
         kept.append({"output_type": "stream", "name": "stderr",
                      "text": f"[grader] {dropped} more submitted output(s) not shown (too large, or HTML/scripts)\n"})
@@ -82,11 +78,10 @@ def write_notebook(path: Path, nb: dict) -> None:
 
 def full_run_notebook(release_view: dict, job: Job, records: list[dict], tail: str, settings: Settings,
                       secrets: tuple = ()) -> dict | None:
-    """The executed notebook: a new copy of ``release_view`` (the submission with the locked cells as
-    released) with the outputs of the session's cell records, or None when no cell ran; the full run's
-    status (timeouts, a dead process, memory-cap hits) goes in ``job.result``. Every output is scrubbed
-    of the batch's seeds; the statuses come from the session's own observations (the ``full_run``
-    record), never from what an output says. The step ``attach_full_run`` of grader/steps.py."""
+    """The executed notebook (step ``attach_full_run`` of grader/steps.py): a new copy of ``release_view`` with
+    the outputs of the session's cell records, scrubbed of the batch's seeds, or None when no cell ran. The full
+    run's status goes in ``job.result``, from the session's own observations (the ``full_run`` record), never
+    from what an output says."""
     result, notebook = job.result, job.notebook
     result.log = tail
     nb = json.loads(json.dumps(release_view))
@@ -94,8 +89,7 @@ def full_run_notebook(release_view: dict, job: Job, records: list[dict], tail: s
     submitted = {i: nb["cells"][i].get("outputs") for i in roles}
     for i in roles:   # a cell the full run did not reach shows no output
         nb["cells"][i]["outputs"], nb["cells"][i]["execution_count"] = [], None
-    executed_cells = 0
-    run_outputs: dict[int, list] = {}
+    run_outputs: dict[int, list] = {}   # index -> the outputs the full run made there
     for rec in records:
         if rec.get("kind") == "cell" and rec.get("index") in roles and isinstance(rec.get("outputs"), list):
             i = rec["index"]
@@ -107,32 +101,27 @@ def full_run_notebook(release_view: dict, job: Job, records: list[dict], tail: s
             nb["cells"][i]["outputs"] = outputs
             count = rec.get("execution_count")
             nb["cells"][i]["execution_count"] = count if isinstance(count, int) and roles[i] != "demo" else None
-            executed_cells += 1
     full = next((r for r in records if r.get("kind") == "full_run"), None)
     status = full.get("status") if isinstance(full, dict) else "died"
     where = _cell_name(nb, full.get("index")) if isinstance(full, dict) else ""
-    if status == "budget":
-        result.flag("timed out", f"{notebook}: the full run was still going after the {settings.notebook_timeout} s "
-                    "limit per notebook (a loop that ignores interrupts?); the cells after it were not "
-                    "run, the judge graded the functions", first=True)
-        result.full_run_reason = result.reasons[0]
-    elif status == "timeout":
-        result.flag("timed out", f"{notebook}: a cell ({where}) ran past {settings.cell_timeout} s and ignored the "
-                    "interrupt; the full run stopped there", first=True)
-        result.full_run_reason = result.reasons[0]
-    elif status == "forged":
-        result.flag("review", f"{notebook}: something in the notebook wrote into the full run's own channel at "
-                    f"{where or 'its start'}; the full run stopped there (the judge graded the functions); "
-                    "look at it by hand", first=True)
-        result.full_run_reason = result.reasons[0]
-    elif status != "ok":
-        result.flag("kernel died", f"{notebook}: the kernel died in the full run{f' at {where}' if where else ''} "
-                    f"(os._exit, a crash, or the {settings.mem_gb:g} GB memory cap); look at it by hand", first=True)
+    problems = {
+        "budget": ("timed out", f"{notebook}: the full run was still going after the {settings.notebook_timeout} s "
+                   "limit per notebook (a loop that ignores interrupts?); the cells after it were not "
+                   "run, the judge graded the functions"),
+        "timeout": ("timed out", f"{notebook}: a cell ({where}) ran past {settings.cell_timeout} s and ignored the "
+                    "interrupt; the full run stopped there"),
+        "forged": ("review", f"{notebook}: something in the notebook wrote into the full run's own channel at "
+                   f"{where or 'its start'}; the full run stopped there (the judge graded the functions); "
+                   "look at it by hand")}
+    if status != "ok":
+        died = ("kernel died", f"{notebook}: the kernel died in the full run{f' at {where}' if where else ''} "
+                f"(os._exit, a crash, or the {settings.mem_gb:g} GB memory cap); look at it by hand")
+        result.flag(*problems.get(str(status), died), first=True)
         result.full_run_reason = result.reasons[0]
     result.full_run_ok = status == "ok"
     interrupted = full.get("interrupted") if isinstance(full, dict) and isinstance(full.get("interrupted"), list) else []
     inspect_outputs(nb, run_outputs, interrupted, result, settings)
-    return nb if executed_cells else None
+    return nb if run_outputs else None
 
 
 def _cell_name(nb: dict, index) -> str:
@@ -150,10 +139,8 @@ def inspect_outputs(nb: dict, run_outputs: dict[int, list], interrupted: list, r
         result.flag("timed out", f"{_cell_name(nb, index) or 'a cell'} ran past {settings.cell_timeout} s and was "
                     "interrupted in the full run")
     for index, outputs in run_outputs.items():
-        for out in outputs:
-            if out.get("output_type") == "error":
-                ename, evalue = str(out.get("ename", "")), str(out.get("evalue", ""))
-                if ename == "MemoryError" or "can't allocate memory" in evalue or "out of memory" in evalue.lower():
-                    result.flag(None, f"{_cell_name(nb, index) or 'a cell'} hit the {settings.mem_gb:g} GB "
-                                "memory cap")
-                    break
+        errors = [(str(o.get("ename", "")), str(o.get("evalue", ""))) for o in outputs
+                  if o.get("output_type") == "error"]
+        if any(ename == "MemoryError" or "can't allocate memory" in evalue or "out of memory" in evalue.lower()
+               for ename, evalue in errors):
+            result.flag(None, f"{_cell_name(nb, index) or 'a cell'} hit the {settings.mem_gb:g} GB memory cap")

@@ -16,6 +16,7 @@ A warning, stderr output or a display value cannot change anything here: they ar
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
@@ -24,6 +25,7 @@ import re
 import sys
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
@@ -59,30 +61,20 @@ def main_cases(stem: str) -> dict[str, tuple[str, ...]]:
     """function -> its MAIN value probes (``MAIN`` of grader/checks/<stem>.py): the value cases that say what
     the function computes on ordinary inputs. A function the table gives no main cases falls back to every
     value case of its own (tests/test_judge_gates.py requires the declaration wherever a gate is needed)."""
-    module = importlib.import_module(f"grader.checks.{stem}")
-    declared = getattr(module, "MAIN", {}) or {}
+    declared = getattr(importlib.import_module(f"grader.checks.{stem}"), "MAIN", {}) or {}
     fn = function_of(stem)
-    out: dict[str, list[str]] = {}
-    for c in load_cases(stem):
-        if case_kind(c) == "value" and c.probe not in out.setdefault(fn[c.probe], []):
-            out[fn[c.probe]].append(c.probe)
-    for f in set(fn.values()):
-        out.setdefault(f, [])
-    return {f: tuple(declared.get(f, probes)) for f, probes in out.items()}
+    values = list(dict.fromkeys(c.probe for c in load_cases(stem) if case_kind(c) == "value"))
+    return {f: tuple(declared.get(f, [p for p in values if fn[p] == f])) for f in fn.values()}
 
 
 def value_gates(stem: str) -> list[tuple[str, ...]]:
     """For each case of ``load_cases(stem)``, in order, the probes whose VALUE cases must all pass for it
-    to score: for a case that is not a value case, the MAIN value probes of its function (:func:`main_cases`),
-    plus what its ``requires`` names; for a value case, its ``requires`` only. Edge-case values (stability,
-    degenerate inputs) gate nothing: a failed value costs its own share. Derived from the case table. Several
-    cases may share one probe (one call, several things checked of it): a probe counts as passed when every
-    value case reading it passed."""
-    cases = load_cases(stem)
-    fn = function_of(stem)
-    main = main_cases(stem)
+    to score: its ``requires``, and for a case that is not a value case the MAIN value probes of its function
+    (:func:`main_cases`). A failed value case costs its own share only. A probe several cases read counts
+    as passed when every value case reading it passed."""
+    fn, main = function_of(stem), main_cases(stem)
     gates = []
-    for c in cases:
+    for c in load_cases(stem):
         needs = list(c.requires)
         if case_kind(c) != "value":
             needs += [v for v in main.get(fn[c.probe], ()) if v not in needs]
@@ -93,22 +85,14 @@ def value_gates(stem: str) -> list[tuple[str, ...]]:
 # --------------------------------------------------------------------------- cells to probe
 def notebook_cells(release: dict, answers: dict | None) -> list[dict]:
     """The code cells the harness loads: first the release's parameters, setup and given cells
-    (trusted: the student's copies of them are ignored), then the student's own code, in the
-    student's order: every answer cell and every cell the student added or left unmarked (a helper
-    defined in an extra cell is part of the answer). Locked and test cells of the student's copy
-    are never loaded. The harness runs the given cells' definitions and every top-level statement
-    of the student's cells, in this order, as the student ran them (utils/answer_loader.py)."""
-    cells = []
-    release_sources = set()
-    for i, cell in enumerate(release["cells"]):
-        role = cell_role(cell)
-        if role in ("parameters", "setup", "given"):
-            gid = grade_id(cell) or f"release cell {i}"
-            cells.append({"id": gid, "role": role, "source": cell_source(cell)})
-            release_sources.add(cell_source(cell).strip())
-    locked = {grade_id(c) for c in release["cells"] if is_locked(c) or is_graded(c)}
-    locked.discard(None)
-    student_cells = (answers or {}).get("cells", []) if isinstance(answers, dict) else []
+    (trusted: the student's copies of them are ignored), then, in the student's order, every answer
+    cell and every cell the student added or left unmarked (a helper in an extra cell is part of the
+    answer); never the student's copy of a locked or test cell."""
+    cells = [{"id": grade_id(cell) or f"release cell {i}", "role": cell_role(cell), "source": cell_source(cell)}
+             for i, cell in enumerate(release["cells"]) if cell_role(cell) in ("parameters", "setup", "given")]
+    release_sources = {c["source"].strip() for c in cells}
+    locked = {grade_id(c) for c in release["cells"] if is_locked(c) or is_graded(c)} - {None}
+    student_cells = answers.get("cells", []) if isinstance(answers, dict) else []
     for i, cell in enumerate(student_cells if isinstance(student_cells, list) else []):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
@@ -130,19 +114,15 @@ def points_per_test_cell(release: dict) -> dict[str, float]:
 
 # --------------------------------------------------------------------------- running the harness
 def harness_env(threads: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "HOME", "TZ")}
-    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", LAS_PRESET="smoke",
-               NBGRADER_EXECUTION="autograde", MPLBACKEND="Agg")
-    for key in ("LAS_BUILD_DIR", "LAS_DEVICE", "CUDA_VISIBLE_DEVICES"):
-        if key in os.environ:
-            env[key] = os.environ[key]
-    return env
+    kept = ("PATH", "LANG", "LC_ALL", "HOME", "TZ", "LAS_BUILD_DIR", "LAS_DEVICE", "CUDA_VISIBLE_DEVICES")
+    return {**{k: v for k, v in os.environ.items() if k in kept},
+            "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "LAS_PRESET": "smoke",
+            "NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "Agg"}
 
 
 def run_harness(plan: dict, *, workdir: Path, command_prefix: list[str] | None = None, env: dict | None = None,
-                timeout: float = 900.0, threads: int = 1, preexec_fn=None,
-                module: str = "grader.probe") -> tuple[list[dict], str]:
+                timeout: float = 900.0, threads: int = 1, preexec_fn=None) -> tuple[list[dict], str]:
     """Run ``python -m grader.probe`` on ``plan`` (optionally wrapped by ``command_prefix``, the
     sandbox) and return (records, the tail of its stderr). Never raises for what the student did:
     a harness that dies or runs past ``timeout`` leaves the cases it did not report missing."""
@@ -150,15 +130,12 @@ def run_harness(plan: dict, *, workdir: Path, command_prefix: list[str] | None =
     if "stem" in plan and "probe_source" not in plan:   # the sandbox holds no probe module of its own
         plan = {**plan, "probe_source": probe_source(plan["stem"])}
     # the plan goes in on stdin: the sandbox sees the per-case seeds it needs, never a file to reread
-    cmd = [*(command_prefix or []), sys.executable, "-m", module, "-"]   # grader.probe or grader.session
+    cmd = [*(command_prefix or []), sys.executable, "-m", "grader.probe", "-"]
     full_env = harness_env(threads) if env is None else env
     records: list[dict] = []
     with plan_process(cmd, plan, workdir=workdir, env=full_env, timeout=timeout, preexec_fn=preexec_fn) as (proc, run):
         total = 0
-        while True:
-            line = proc.stdout.readline(MAX_RECORD_BYTES + 1)
-            if not line:
-                break
+        for line in iter(lambda: proc.stdout.readline(MAX_RECORD_BYTES + 1), b""):
             total += len(line)
             if total > MAX_TOTAL_BYTES:
                 kill_group(proc)
@@ -174,18 +151,17 @@ def run_harness(plan: dict, *, workdir: Path, command_prefix: list[str] | None =
                 continue
             if isinstance(rec, dict):
                 records.append(rec)
-    returncode, tail = run["returncode"], run["tail"]
-    problem = stream_problem(records, returncode)
+    problem = stream_problem(records, run["returncode"])
     if problem:
         # nothing of a run whose stream was tampered with or cut short is evidence
         records = [{"kind": "void", "problem": problem}]
-    return records, tail
+    return records, run["tail"]
 
 
-def case_runs(seeds: list[int], stem: str, cases: list[str] | None = None) -> list[dict]:
+def case_runs(seeds: list[int], stem: str) -> list[dict]:
     """The plan's runs: per seed, a label and every case's own seed (derived here, outside the
     sandbox, so the batch seed never enters it)."""
-    names = cases or list(load_probes(stem))
+    names = list(load_probes(stem))
     return [{"label": int(seed), "case_seeds": {c: case_seed(seed, c) for c in names}} for seed in seeds]
 
 
@@ -230,16 +206,13 @@ _KEY_LOCKS: dict[tuple, threading.Lock] = {}   # one per notebook and seed: two 
 
 
 def code_digest() -> str:
-    """A digest of the code that makes a reference record: every module of grader/ and utils/, and the
-    torch version. A change to any of them makes the disk cache miss."""
+    """A digest of what makes a reference record (the disk cache's key): grader/, utils/ and the torch version."""
     h = hashlib.sha256()
     for folder in ("grader", "utils"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             h.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    try:
+    with contextlib.suppress(Exception):   # no torch metadata: the digest still covers the code
         h.update(version("torch").encode())
-    except Exception:  # noqa: BLE001 - no torch metadata: the digest still covers the code
-        pass
     return h.hexdigest()
 
 
@@ -253,10 +226,9 @@ def reference_cache_dir(default: Path | None = None) -> Path | None:
 def reference_records(stem: str, release: dict, solution: dict, seed: int, workroot: Path,
                       threads: int = 1, cache_dir: Path | None = None) -> dict[str, dict]:
     """The solution's evidence for every case, cached per process and, with ``cache_dir`` (see
-    :func:`reference_cache_dir`), on disk, keyed by the notebook contents, the seed and
-    :func:`code_digest`: a resumed batch or another shard does not run the solution again.
-    Runs outside the sandbox: it is our code. Raises RuntimeError when the solution itself fails a
-    probe, because then no student can be judged fairly."""
+    :func:`reference_cache_dir`), on disk, keyed by the notebook contents, the seed and :func:`code_digest`.
+    Runs outside the sandbox (our code). Raises RuntimeError when the solution itself fails a probe,
+    because then no student can be judged fairly."""
     key = (stem, seed, hashlib.sha256(json.dumps([release, solution], sort_keys=True).encode()).hexdigest())
     cache_dir = reference_cache_dir(cache_dir)
     with _REFERENCE_LOCK:
@@ -268,13 +240,11 @@ def reference_records(stem: str, release: dict, solution: dict, seed: int, workr
         if cache_dir is not None:
             name = hashlib.sha256(json.dumps([*key, code_digest()]).encode()).hexdigest()[:32]
             disk = Path(cache_dir) / f"references-{stem}-{name}.json"
-            try:
+            with contextlib.suppress(OSError, ValueError):   # absent or unreadable: compute it again
                 cases = json.loads(disk.read_text(encoding="utf-8"))
                 if isinstance(cases, dict) and {c.probe for c in load_cases(stem)} <= set(cases):
                     _REFERENCE_CACHE[key] = cases
                     return cases
-            except (OSError, ValueError):
-                pass   # absent or unreadable: compute it again
         plan = {"stem": stem, "runs": case_runs([seed], stem), "isolate": "variant",
                 "groups": case_groups(stem), "variants": {"reference": notebook_cells(release, solution)}}
         records, tail = run_harness(plan, workdir=Path(tempfile.mkdtemp(prefix=f"ref-{stem}-", dir=workroot)),
@@ -283,17 +253,14 @@ def reference_records(stem: str, release: dict, solution: dict, seed: int, workr
             raise RuntimeError(f"the reference run of {stem} failed: {void_problem(records)}\n{tail[-2000:]}")
         cases, _ = by_case(records, "reference")
         broken = [name for name, rec in cases.items() if rec.get("status") != "ok"]
-        wanted = {c.probe for c in load_cases(stem)}
-        missing = sorted(wanted - set(cases))
+        missing = sorted({c.probe for c in load_cases(stem)} - set(cases))
         if broken or missing:
             raise RuntimeError(f"the reference run of {stem} failed (probes {broken + missing}); "
                                f"the harness said:\n{tail[-2000:]}")
         _REFERENCE_CACHE[key] = cases
         if disk is not None:
-            try:
+            with contextlib.suppress(OSError):   # a read-only grading folder: the cache is an optimisation only
                 write_atomic(disk, json.dumps(cases), private=True)
-            except OSError:
-                pass   # a read-only grading folder: the cache is an optimisation only
         return cases
 
 
@@ -331,9 +298,7 @@ class Verdict:
         rows = [c for c in self.cases if c.cell == cell]
         lines = [f"Autograder: {self.points.get(cell, 0):g} / {self.max_points.get(cell, 0):g} points "
                  f"({sum(c.passed for c in rows)} of {len(rows)} checks passed)"]
-        for c in rows:
-            mark = "PASS" if c.passed else "FAIL"
-            lines.append(f"  [{mark}] {c.says}" + ("" if c.passed else f": {c.message}"))
+        lines += [f"  [PASS] {c.says}" if c.passed else f"  [FAIL] {c.says}: {c.message}" for c in rows]
         if self.dropped and not all(c.passed for c in rows):
             lines.append("  The grader runs every line of your cells, as you ran them; these it could not run:")
             lines += [f"    - {d}" for d in self.dropped[:10]]
@@ -350,16 +315,13 @@ def _student_value(rec: dict | None):
     """Decode a student's record, or raise AssertionError saying why there is no value."""
     if rec is None:
         raise AssertionError("no result (the grading run stopped before this check)")
-    status = rec.get("status")
-    if status == "timeout":
-        raise AssertionError(f"did not finish within {rec.get('timeout', '?')} s")
-    if status == "died":
-        raise AssertionError("the process running it exited or crashed (os._exit, a segfault or the memory cap)")
-    if status == "budget":
-        raise AssertionError(f"not run: the grader's time for this notebook ({rec.get('budget', '?')} s) was used up "
-                             "by slow top-level code or checks before it")
+    why = {"timeout": f"did not finish within {rec.get('timeout', '?')} s",
+           "died": "the process running it exited or crashed (os._exit, a segfault or the memory cap)",
+           "budget": f"not run: the grader's time for this notebook ({rec.get('budget', '?')} s) was used up "
+                     "by slow top-level code or checks before it"}
+    status = str(rec.get("status"))
     if status != "ok":
-        raise AssertionError("its result could not be read back (too large or malformed)")
+        raise AssertionError(why.get(status, "its result could not be read back (too large or malformed)"))
     try:
         return decode(rec.get("value"))
     except (EvidenceError, ValueError, TypeError, RecursionError) as exc:
@@ -383,29 +345,23 @@ def judge(stem: str, student: dict[str, dict], reference: dict[str, dict], point
           header: dict | None = None, secrets: tuple = ()) -> Verdict:
     """Score every case of ``stem``; a test cell earns points x (passed weight / total weight).
     ``secrets`` (the batch's seeds) never appear in a message."""
-    verdict = Verdict(stem)
+    verdict = Verdict(stem, points=dict.fromkeys(points, 0.0), max_points=dict(points))
     header = header or {}
     not_run = [e for e in header.get("not_run", []) if isinstance(e, dict)]
     verdict.dropped = [scrub(x, secrets, 300) for x in header.get("dropped", [])][:50]
     if header.get("tampered"):
         verdict.tampered = scrub(header["tampered"], secrets, 300)
         verdict.problems.append(verdict.tampered)
-    for cell, pts in points.items():
-        verdict.max_points[cell] = pts
-        verdict.points[cell] = 0.0
     totals: dict[str, float] = {}
-    passed: dict[str, float] = {}
-    all_cases = load_cases(stem)
-    judged: list[tuple[int, CaseResult]] = []
-    for index, case in enumerate(all_cases):
+    judged: list[tuple[bool, tuple, CaseResult]] = []   # (a value case?, its gate probes, its result)
+    for case, needs in zip(load_cases(stem), value_gates(stem)):
         if case.cell not in points:
             continue
         totals[case.cell] = totals.get(case.cell, 0.0) + case.weight
         rec = student.get(case.probe)
-        if rec is not None:
-            for p in rec.get("problems") or []:
-                if p not in verdict.problems:
-                    verdict.problems.append(str(p)[:300])
+        for p in (rec or {}).get("problems") or []:
+            if p not in verdict.problems:
+                verdict.problems.append(str(p)[:300])
         got = None
         try:
             got = _student_value(rec)
@@ -422,29 +378,23 @@ def judge(stem: str, student: dict[str, dict], reference: dict[str, dict], point
                 message = f"{message}; {because}"
         message = scrub(message, secrets, 700)
         verdict.cases.append(CaseResult(case.cell, case.probe, case.says, case.weight, ok, message))
-        judged.append((index, verdict.cases[-1]))
+        judged.append((case_kind(case) == "value", needs, verdict.cases[-1]))
     # A property, a rule or given code earns points only next to a function that computes: a stub that
     # raises ValueError for everything, or returns noise of the right shape, collects nothing.
-    # probe -> did every value case reading it pass (every case, for a probe no value case reads). A gate probe
-    # of a test cell not judged here (not in ``points``) counts as failed: Task A's augment_batch is gated on the
-    # crop and colour functions' main cases, so a sweep of its cell judges their cells too.
-    value_probes = {r.name for i, r in judged if case_kind(all_cases[i]) == "value"}
+    # probe -> did every value case reading it pass (every case, for a probe no value case reads). A gate
+    # probe of a test cell not in ``points`` counts as failed (a sweep of one cell judges its gates' cells too).
+    value_probes = {r.name for is_value, _, r in judged if is_value}
     status: dict[str, bool] = {}
-    for index, result in judged:
-        if result.name in value_probes and case_kind(all_cases[index]) != "value":
-            continue
-        status[result.name] = status.get(result.name, True) and result.passed
-    gates = value_gates(stem)
-    for index, result in judged:
-        needs = gates[index]
+    for is_value, _, result in judged:
+        if is_value or result.name not in value_probes:
+            status[result.name] = status.get(result.name, True) and result.passed
+    for _, needs, result in judged:
         if result.passed and needs and not all(status.get(n) for n in needs):
             result.passed, result.message = False, "scores only once the function returns correct values"
-    for result in verdict.cases:
-        if result.passed:
-            passed[result.cell] = passed.get(result.cell, 0.0) + result.weight
     for cell, pts in points.items():
         if totals.get(cell):
-            verdict.points[cell] = round(pts * passed.get(cell, 0.0) / totals[cell], 2)
+            won = sum(r.weight for r in verdict.cases if r.passed and r.cell == cell)
+            verdict.points[cell] = round(pts * won / totals[cell], 2)
     return verdict
 
 
@@ -452,17 +402,13 @@ def judge(stem: str, student: dict[str, dict], reference: dict[str, dict], point
 def sweep(stem: str, release: dict, solution: dict, variants: dict[str, dict], seeds: list[int],
           cells: dict[str, list[str]] | None = None, workroot: Path | None = None,
           timeout: float = 1800.0, jobs: int | None = None) -> dict[tuple[str, int], Verdict]:
-    """Judge notebooks we wrote ourselves (mutants, honest variants, the release) against the
-    solution over several seeds, in unsandboxed harness runs (``jobs`` of them side by side, default
-    one per core, each with a share of the seeds, or, with fewer seeds than jobs, a share of the
-    variants too): {(variant, seed): Verdict}.
-    ``cells`` limits a variant to the cases of some test cells (a mutant's own cell, say)."""
-    cases_by_cell: dict[str, list[str]] = {}
-    for case in load_cases(stem):
-        cases_by_cell.setdefault(case.cell, []).append(case.probe)
-    plan_cases = {}
-    for name, wanted in (cells or {}).items():
-        plan_cases[name] = [p for cell in wanted for p in cases_by_cell.get(cell, [])]
+    """Judge notebooks we wrote ourselves (mutants, honest variants, the release) against the solution over
+    several seeds, in unsandboxed harness runs (``jobs`` side by side, default one per core, each with a share
+    of the seeds and, with fewer seeds than jobs, of the variants): {(variant, seed): Verdict}. ``cells``
+    limits a variant to the cases of some test cells (a mutant's own cell, say)."""
+    cases = load_cases(stem)
+    plan_cases = {name: [c.probe for cell in wanted for c in cases if c.cell == cell]
+                  for name, wanted in (cells or {}).items()}
     reference = notebook_cells(release, solution)
     all_cells = {name: notebook_cells(release, nb) for name, nb in variants.items()}
     jobs = max(1, jobs or (os.cpu_count() or 1))
@@ -470,21 +416,17 @@ def sweep(stem: str, release: dict, solution: dict, variants: dict[str, dict], s
     seed_chunks = [list(seeds)[i::n_chunks] for i in range(n_chunks)]
     groups = max(1, min(len(all_cells), jobs // n_chunks))   # every run loads the reference too
     units = [(chunk, list(all_cells)[g::groups]) for chunk in seed_chunks for g in range(groups)]
-    results: list = [None] * len(units)
 
-    def one(i: int) -> None:
+    def one(i: int) -> tuple[list[dict], str]:
         chunk, names = units[i]
         plan = {"stem": stem, "runs": case_runs(chunk, stem), "isolate": "variant",
                 "cases": {n: c for n, c in plan_cases.items() if n in names}, "groups": case_groups(stem),
                 "variants": {"__reference__": reference, **{n: all_cells[n] for n in names}}}
         workdir = Path(tempfile.mkdtemp(prefix=f"sweep-{stem}-{i}-", dir=workroot))
-        results[i] = run_harness(plan, workdir=workdir, timeout=timeout)
+        return run_harness(plan, workdir=workdir, timeout=timeout)
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(units))]  # one harness per core
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(len(units)) as pool:   # one harness per core
+        results = list(pool.map(one, range(len(units))))
     records, tail = [], ""
     for recs, t in results:
         if void_problem(recs):

@@ -35,6 +35,7 @@ What the judge runs is what the student ran:
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib
 import json
@@ -67,8 +68,7 @@ class Namespace:
             return names[item]
         notes = object.__getattribute__(self, "_notes")
         because = explain_name_error(f"name '{item}' is not defined", notes)
-        unparsed = [n["why"] for n in notes if isinstance(n, dict) and n.get("kind") == "syntax"]
-        hint = f" ({unparsed[0]})" if unparsed else ""
+        hint = next((f" ({n['why']})" for n in notes if isinstance(n, dict) and n.get("kind") == "syntax"), "")
         raise NameError(because or f"{item} is not defined: keep the name and signature the task gives{hint}")
 
 
@@ -98,8 +98,7 @@ def load_probes(stem: str, source: str | None = None) -> dict:
 
 
 # --------------------------------------------------------------------------- the harness
-_dumps, _loads = json.dumps, json.loads   # taken before any student code runs in a forked process
-_write, _read, _fork, _close = os.write, os.read, os.fork, os.close
+_loads, _fork = json.loads, os.fork   # taken before any student code runs in a forked process
 MAX_ATTEMPTS = 6        # loader processes per (run, variant): the first, and restarts after a statement or case hung
 GRACE = 3.0             # seconds the harness waits past a limit before it kills the loader itself
 FAST_FAIL = 5.0         # after a case of a test cell timed out, its other cases get this long
@@ -160,10 +159,8 @@ def _loader(cells: list[dict], names: dict, cases: list, seeds: dict, timeouts: 
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
         for stream in (sys.stdout, sys.stderr):   # printing a lone surrogate is not a failing statement
-            try:
+            with contextlib.suppress(AttributeError, ValueError, OSError):
                 stream.reconfigure(errors="backslashreplace")
-            except (AttributeError, ValueError, OSError):
-                pass
         single_thread()
         stmts, not_run = [], []
         for cell in cells:
@@ -198,9 +195,8 @@ def _loader(cells: list[dict], names: dict, cases: list, seeds: dict, timeouts: 
         send_record(send_fd, {"k": "loaded", "not_run": not_run[:200], "seconds": round(time.monotonic() - started, 3)})
         slow_groups = set()
         for probe in cases:
-            timeout = timeouts[probe.name]
-            if groups.get(probe.name) in slow_groups:
-                timeout = min(timeout, FAST_FAIL)
+            slow = groups.get(probe.name) in slow_groups   # another case of its test cell timed out
+            timeout = min(timeouts[probe.name], FAST_FAIL) if slow else timeouts[probe.name]
             send_record(send_fd, {"k": "case_start", "case": probe.name})
             if isolate == "variant":
                 value = _run_probe(probe, names, not_run, seeds[probe.name])
@@ -237,14 +233,12 @@ def run_variant(cells: list[dict], names: dict, cases: list, seeds: dict, *, cas
     """Load one notebook's student cells and probe ``cases`` (see :func:`_loader`), in loader processes
     this (trusted) process supervises: a statement or case that hangs or ends its process costs that
     statement or case, and a fresh loader goes on without it. Returns ({case: record}, info)."""
-    skip: dict = {}
-    results: dict = {}
+    skip, results = {}, {}
     pending = list(cases)
     info = {"not_run": [], "load_seconds": 0.0, "tampered": "", "restarts": 0}
     timeouts = {p.name: min(p.timeout, case_timeout) if case_timeout else p.timeout for p in cases}
     deadline = time.monotonic() + budget
     load_left = load_seconds
-    limit = MAX_CASE_BYTES + (2 << 20)
     attempt, outcome = 0, ""
     while pending and attempt < MAX_ATTEMPTS and time.monotonic() < deadline:
         attempt += 1
@@ -255,10 +249,9 @@ def run_variant(cells: list[dict], names: dict, cases: list, seeds: dict, *, cas
             _loader(cells, names, pending, seeds, timeouts, groups, dict(skip), load_left, statement_seconds,
                     isolate, write_fd, given or {})
         os.close(write_fd)
-        lines = RecordReader(read_fd, limit)
+        lines = RecordReader(read_fd, MAX_CASE_BYTES + (2 << 20))
         phase, current, since = "load", None, time.monotonic()
         load_started = since
-        outcome = ""
         while True:
             if phase == "load":
                 until = min(since + statement_seconds + GRACE, load_started + max(load_left, 0) + 2 * GRACE + 2.0)
@@ -281,9 +274,8 @@ def run_variant(cells: list[dict], names: dict, cases: list, seeds: dict, *, cas
                         and current is None:
                     current, since = pending[0].name, time.monotonic()
                 elif kind == "case" and phase == "cases" and current is not None and rec.get("case") == current:
-                    results[current] = {"status": rec.get("status") if rec.get("status") in
-                                        ("ok", "timeout", "died", "bad-evidence") else "bad-evidence",
-                                        "value": rec.get("value"), "seconds": rec.get("seconds"),
+                    status = rec.get("status") if rec.get("status") in ("ok", "timeout", "died") else "bad-evidence"
+                    results[current] = {"status": status, "value": rec.get("value"), "seconds": rec.get("seconds"),
                                         "timeout": timeouts[current]}
                     pending.pop(0)
                     current = None
@@ -308,11 +300,9 @@ def run_variant(cells: list[dict], names: dict, cases: list, seeds: dict, *, cas
             hung = rec == "timeout"
             if phase == "load":
                 if isinstance(current, dict):
-                    entry = dict(current["entry"])
-                    entry.update(why=("ran past its time limit and could not be interrupted" if hung else
-                                      "ended the grading process (os._exit, a crash or the memory cap)"),
-                                 kind="timeout" if hung else "died")
-                    skip[current["i"]] = entry
+                    skip[current["i"]] = {**current["entry"], "kind": "timeout" if hung else "died",
+                                          "why": "ran past its time limit and could not be interrupted" if hung else
+                                          "ended the grading process (os._exit, a crash or the memory cap)"}
                     load_left -= time.monotonic() - load_started
                 else:   # hung or died before its first statement (reading the cells themselves)
                     outcome = "load-failed"
@@ -330,24 +320,19 @@ def run_variant(cells: list[dict], names: dict, cases: list, seeds: dict, *, cas
             break
         os.close(read_fd)
         kill_process(pid)
-        if outcome in ("end", "tampered", "budget", "load-failed"):
+        if outcome:   # "end", "tampered", "budget" or "load-failed": else a fresh loader goes on
             break
         info["restarts"] += 1
+    left = ({"status": "died"} if outcome == "load-failed" else {"status": "bad-evidence"} if info["tampered"]
+            else {"status": "budget", "budget": budget})
     for probe in pending:
-        if outcome == "load-failed":
-            results[probe.name] = {"status": "died", "timeout": timeouts[probe.name]}
-        elif info["tampered"]:
-            results[probe.name] = {"status": "bad-evidence", "timeout": timeouts[probe.name]}
-        else:
-            results[probe.name] = {"status": "budget", "timeout": timeouts[probe.name], "budget": budget}
+        results[probe.name] = {**left, "timeout": timeouts[probe.name]}
     return results, info
 
 
 def run_plan(plan: dict, emit) -> None:
-    """Run every (run, variant); ``emit(record)`` receives each JSON record as it is ready.
-
-    ``plan["runs"]`` lists ``{"label": ..., "case_seeds": {case: seed}}``: the judge derives every
-    case's seed outside the sandbox, so the batch's own seed never enters it."""
+    """Run every (run, variant); ``emit(record)`` receives each JSON record as it is ready. ``plan["runs"]``
+    brings every case's seed, derived by the judge outside the sandbox: the batch's own seed never enters it."""
     names: dict = fresh_names()
     first = next(iter(plan["variants"].values()), [])
     setup_notes = run_trusted([c for c in first if c["role"] in ("parameters", "setup", "given")], names)
@@ -366,38 +351,30 @@ def given_definitions(cells: list[dict]) -> set[str]:
     """The functions and classes the course's given cells define (top-level ``def`` and ``class``): what a
     student's cell may not replace for the judge."""
     found = set()
-    for cell in cells:
-        if cell.get("role") != "given":
-            continue
-        try:
+    for cell in (c for c in cells if c.get("role") == "given"):
+        with contextlib.suppress(SyntaxError):   # a given cell that does not parse defines nothing
             tree = ast.parse(strip_magics(cell["source"])[0])
-        except SyntaxError:
-            continue
-        found |= {node.name for node in tree.body
-                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+            found |= {node.name for node in tree.body
+                      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     return found
 
 
 def judge_variants(plan: dict, names: dict, setup_notes: list, emit) -> None:
     """Every (run, variant) of ``plan`` on the trusted namespace ``names`` (the release's parameters,
     setup and given definitions already run into it): a header and one record per case each."""
-    stem = plan["stem"]
     isolate = plan.get("isolate", "case")
-    registry = load_probes(stem, plan.get("probe_source"))
-    variants: dict = plan["variants"]
+    registry = load_probes(plan["stem"], plan.get("probe_source"))
     names.setdefault("display", lambda *args, **kwargs: None)  # IPython's display(), a no-op out of a kernel
     threads = int(os.environ.get("OMP_NUM_THREADS", "1") or 1)
-    try:
+    with contextlib.suppress(Exception):   # a notebook without torch
         sys.modules["torch"].set_num_threads(max(1, threads))
-    except Exception:  # noqa: BLE001 - a notebook without torch
-        pass
     cap = float(plan.get("case_timeout") or 0) or None
     groups = {k: str(v) for k, v in (plan.get("groups") or {}).items()}
     runs = plan.get("runs") or [  # our own tests and sweeps may name plain seeds
         {"label": sd, "case_seeds": {c: case_seed(sd, c) for c in registry}} for sd in plan.get("seeds", [plan.get("seed", 0)])]
     for run in runs:
         label, seeds = run["label"], {k: int(v) for k, v in run["case_seeds"].items()}
-        for variant, cells in variants.items():
+        for variant, cells in plan["variants"].items():
             wanted = plan.get("cases", {}).get(variant) or list(registry)
             unknown = [c for c in wanted if c not in registry or c not in seeds]
             cases = [registry[c] for c in wanted if c in registry and c in seeds]

@@ -24,12 +24,11 @@ def judge_verdict(job: Job, records: list[dict], tail: str, settings: Settings, 
     if reference is None:
         return None
     result, notebook, release = job.result, job.notebook, job.release
-    secrets = (str(settings.seed or 0), *(str(v) for v in judging.case_runs([settings.seed or 0], notebook)[0]["case_seeds"].values()))
+    case_seeds = judging.case_runs([settings.seed or 0], notebook)[0]["case_seeds"]
+    secrets = (str(settings.seed or 0), *(str(v) for v in case_seeds.values()))
+    # a void record (the session's or this notebook's) voids every record of the notebook
     void = next((str(r.get("problem")) for r in records if r.get("kind") in ("void", "notebook_void")), "")
-    if void:
-        records = [{"kind": "void", "problem": void}]
-    cases, header = judging.by_case(records, "student")
-    void = judging.void_problem(records)
+    cases, header = ({}, {}) if void else judging.by_case(records, "student")
     if void:
         result.flag("review", f"{notebook}: the judge discarded every check ({void}); 0 autograded points; "
                     "look at it by hand")
@@ -64,9 +63,7 @@ def written_answer_grades(job: Job) -> None:
     """Written answers go to the TA, as nbgrader's SaveAutoGrades decides: an answer left exactly as
     released scores 0 and needs no grading (nbgrader.utils.determine_grade's checksum rule)."""
     grades = dict(job.result.grades or {})
-    for cell in job.graded["cells"]:
-        if not is_manually_graded(cell):
-            continue
+    for cell in (c for c in job.graded["cells"] if is_manually_graded(c)):
         flags = nbgrader_meta(cell)
         try:
             node = nbformat.from_dict({**cell, "source": cell_source(cell)})
@@ -81,14 +78,12 @@ def apply_verdict(job: Job, verdict) -> None:
     """The judge's points replace whatever nbgrader read from the test cells' outputs, next to the
     written answers' grades (:func:`written_answer_grades`); no verdict: every grade is zero."""
     result = job.result
-    manual = dict(result.grades or {})
-    result.grades = {}
     if verdict is None:
         result.grades = None
         return
-    for cell in job.release["cells"]:
-        if is_manually_graded(cell):     # a written answer: the TA grades it
-            result.grades[grade_id(cell)] = manual.get(grade_id(cell), (None, True))
+    manual = dict(result.grades or {})   # the written answers: the TA grades them
+    result.grades = {grade_id(c): manual.get(grade_id(c), (None, True)) for c in job.release["cells"]
+                     if is_manually_graded(c)}
     for cell, pts in verdict.points.items():
         result.grades[cell] = (pts, False)
         result.comments[cell] = verdict.cell_report(cell)
@@ -110,15 +105,10 @@ def merge(course: Course, result: NotebookResult) -> tuple[float, float]:
         score = max_score = 0.0
         for grade in sub.grades:
             cell = grade.cell
-            if result.grades is None:           # unreadable, died, timed out, missing: zero, say why
-                grade.auto_score, grade.needs_manual_grade = 0.0, False
-            else:
-                auto, needs = result.grades.get(cell.name, (0.0, False))
-                if needs and grade.manual_score is not None:   # a TA graded it: a regrade keeps it graded
-                    needs = False
-                grade.auto_score, grade.needs_manual_grade = auto, needs
-            autograded_test = not getattr(cell, "cell_type", None) == "markdown" and not _is_manual(gb, cell)
-            if autograded_test:
+            # no grades (unreadable, died, timed out, missing): zero; a TA's grade: a regrade keeps it graded
+            auto, needs = (0.0, False) if result.grades is None else result.grades.get(cell.name, (0.0, False))
+            grade.auto_score, grade.needs_manual_grade = auto, needs and grade.manual_score is None
+            if getattr(cell, "cell_type", None) != "markdown" and not _is_manual(gb, cell):   # an autograded test
                 score += grade.auto_score or 0.0
                 max_score += grade.max_score
         for comment in sub.comments:
