@@ -1,15 +1,12 @@
 """The batch around the per-student job: when a student counts as graded (resume).
 
-**Resume.** ``autograde`` writes a student's status file (``grading/status/<student>.json``) only after
-every notebook of theirs is merged into the gradebook, and stores in it a *fingerprint* of what was
-graded (:func:`student_fingerprint`): the sha256 of each submitted notebook and of the collect report,
-the source notebooks, the grader's own code, the judge's seed and the settings that change a grade. A
-student whose status file carries the fingerprint of the present inputs is finished; anyone else (no
-status file, an older one, a re-collected submission, a changed assignment or grader, a run killed
-between the merge and the status file) is graded again. ``--regrade`` grades everyone again.
-
-Shards (``autograde --shard``, ``merge-shards``) are grader/extras/shards.py; the judge seed, which
-the fingerprint holds as a digest, is grader/seed.py.
+**Resume.** ``autograde`` writes a student's status file (``grading/status/<student>.json``) only after every
+notebook of theirs is merged into the gradebook, with a *fingerprint* of what was graded
+(:func:`student_fingerprint`): the sha256 of each submitted notebook and of the collect report, the source
+notebooks, the grader's own code, the judge's seed and the settings that change a grade. A student whose status
+file carries the fingerprint of the present inputs is finished; anyone else (a re-collected submission, a changed
+grader, a run killed between the merge and the status file, ...) is graded again; ``--regrade`` grades everyone.
+Shards are grader/extras/shards.py; the judge seed, which the fingerprint holds as a digest, is grader/seed.py.
 """
 
 from __future__ import annotations
@@ -31,14 +28,11 @@ GRADE_SETTINGS = ("cell_timeout", "notebook_timeout", "mem_gb", "judge_budget", 
 # ----------------------------------------------------------------------------- fingerprints
 def _sha256(path: Path) -> str | None:
     """sha256 of a file's bytes, or None when it is absent or unreadable."""
-    h = hashlib.sha256()
     try:
         with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
+            return hashlib.file_digest(f, "sha256").hexdigest()   # in blocks: a submission may be large
     except OSError:
         return None
-    return h.hexdigest()
 
 
 def _tree_digest(files: list[tuple[str, Path]]) -> str:
@@ -52,13 +46,9 @@ def _tree_digest(files: list[tuple[str, Path]]) -> str:
 def grader_digest() -> str:
     """The code that grades: every .py file of grader/ (but its QA mutants) and of utils/ (which the
     notebooks import). Grades from another version of the grader are not reused."""
-    files = []
-    for base in (GRADER_DIR, ROOT / "utils"):
-        for path in sorted(base.rglob("*.py")):
-            rel = path.relative_to(ROOT).as_posix()
-            if not rel.startswith("grader/mutants/"):
-                files.append((rel, path))
-    return _tree_digest(files)
+    files = [(path.relative_to(ROOT).as_posix(), path) for base in (GRADER_DIR, ROOT / "utils")
+             for path in sorted(base.rglob("*.py"))]
+    return _tree_digest([(rel, path) for rel, path in files if not rel.startswith("grader/mutants/")])
 
 
 def grade_settings(settings) -> dict:

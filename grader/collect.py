@@ -1,29 +1,20 @@
 """Import submissions into nbgrader's layout: ``grading/submitted/<student>/ex01/<notebook>.ipynb``.
 
-``PATH`` may hold, in any mix:
+``PATH`` may hold, in any mix, an LMS's bulk download, unpacked or zipped (Canvas's and Moodle's names and the
+student ids they give are read by their adapters, grader/extras/lms/), and the plain layout: ``<student>.zip``
+(notebooks anywhere inside), ``<student>/`` folders and loose ``<student>__<notebook>.ipynb`` files. A student's
+files may be notebooks, zips of notebooks and folders of them at any depth; a file stands for an assignment
+notebook by name (``task1_infonce (1).ipynb`` and ``task1_infonce-Copy1.ipynb`` count too). Of two *different*
+files for one notebook a plain folder's newest wins (its time is the TA's copy's), but in an LMS download, whose
+file times say nothing, the notebook is not guessed: the student is unreadable with both named. The collect report
+(``grading/collect/<student>.json``) accounts for every file (taken, superseded by which, or ignored and why) and
+holds the submission time (grader/extras/deadlines.py; zip entry dates never count).
 
-* an LMS's bulk download, unpacked: Canvas's ``<name>[_LATE]_<user id>_<attachment id>_<file>`` files and
-  Moodle's ``<Full Name>_<participant id>_assignsubmission_file[_]/`` folders (or flat files); each LMS's
-  naming and the student id it gives are in its adapter, grader/extras/lms/canvas.py and grader/extras/lms/moodle.py;
-* the plain layout: ``<student>.zip`` (notebooks anywhere inside), ``<student>/`` folders (at any depth),
-  loose ``<student>__<notebook>.ipynb`` files.
-
-A student's files may be notebooks, zips of notebooks (also inside an LMS folder) and folders of them at
-any depth. A file is matched to an assignment notebook by name (``task1_infonce (1).ipynb`` and
-``task1_infonce-Copy1.ipynb`` count too). When two *different* files stand for one notebook, a plain
-folder's newest file wins (its time is the TA's copy's), but in an LMS download, whose file times say
-nothing, the notebook is not guessed: the student is unreadable with both names, to resolve by hand.
-Every file of the download is accounted for in the student's collect report (``files``: taken,
-superseded by which, or ignored and why); entries that belong to nobody are listed by :func:`collect`.
-
-Each student's submission time goes into their collect report for the deadline (grader/extras/deadlines.py says
-where it comes from; zip entry dates never count). Nothing is extracted to disk except the matched
-notebooks, each capped in size, so archive path tricks and zip bombs go nowhere. Only regular files with
-a single link are read: symbolic links are never followed (in folders or archives), FIFOs or devices are
-never opened, and a hard link (which may be another student's notebook under a second name, made by
-unpacking a crafted archive) is refused. Problems are written to ``grading/collect/<student>.json`` and
-reported; a student whose archive cannot be opened, or whose id is unsafe as a folder name, is marked
-unreadable. One student's files never stop the others from being collected.
+Nothing is extracted to disk except the matched notebooks, each capped in size, so archive path tricks and zip
+bombs go nowhere. Only regular files with a single link are read: symbolic links are never followed, FIFOs or
+devices never opened, and a hard link (maybe another student's notebook under a second name, made by unpacking
+a crafted archive) is refused. A student whose archive cannot be opened, or whose id is unsafe as a folder name,
+is unreadable; one student's files never stop the others from being collected.
 """
 
 from __future__ import annotations
@@ -48,6 +39,9 @@ MAX_ENTRIES = 200_000   # files looked at in one student's folder: a huge tree m
 SHOWN = 5               # skipped items named per problem line
 HARD_LINK = ("a hard link (the same file under another name, maybe another student's notebook: not read; "
              "copy the file itself in)")
+MAX_DOWNLOAD_BYTES = 16 * 1024 ** 3   # all of an LMS download zip's files, unpacked
+MAX_DOWNLOAD_ENTRY = 4 * MAX_NOTEBOOK_BYTES
+REPORT = ("notebooks", "problems", "unreadable", "submitted_at", "time_source", "lms", "files")
 
 
 @dataclass
@@ -81,14 +75,14 @@ def _match(name: str, notebooks: list[str]) -> str | None:
 
 
 # ----------------------------------------------------------------------------- reading files safely
-def _kind(mode: int) -> str:
+def _kind(mode: int, links: int = 1) -> str:
     """'dir', 'file', or why the item is not read: symbolic links are never followed (they could
-    point at /dev/zero, another student's notebook or solutions/), and FIFOs, sockets and devices
-    are never opened (opening a FIFO blocks forever)."""
+    point at /dev/zero, another student's notebook or solutions/), FIFOs, sockets and devices
+    are never opened (opening a FIFO blocks forever), and a file with ``links`` > 1 is a HARD_LINK."""
     if stat.S_ISDIR(mode):
         return "dir"
     if stat.S_ISREG(mode):
-        return "file"
+        return "file" if links <= 1 else HARD_LINK
     if stat.S_ISLNK(mode):
         return "a symbolic link (not followed; copy the file itself in)"
     return "not a regular file (FIFO, socket or device; not opened)"
@@ -108,48 +102,49 @@ def _open_regular(path: Path):
     handle = os.fdopen(fd, "rb")
     try:
         st = os.fstat(handle.fileno())
-        kind = _kind(st.st_mode)
+        kind = _kind(st.st_mode, st.st_nlink)
         if kind != "file":
             raise Skipped(kind if kind != "dir" else "a folder")
-        if st.st_nlink > 1:
-            raise Skipped(HARD_LINK)
     except BaseException:
         handle.close()
         raise
     return handle
 
 
-def _read_file(path: Path) -> bytes:
-    with _open_regular(path) as handle:
-        data = handle.read(MAX_NOTEBOOK_BYTES + 1)   # never more than the cap, whatever the file claims
+def _read(path: Path, index: int | None = None) -> bytes:
+    """The regular file ``path``, or with ``index`` that entry of the archive ``path``: never more than the
+    size limit is read or inflated, whatever the file claims (zip bombs stop there)."""
+    with _open_regular(path) as raw:
+        if index is None:
+            data = raw.read(MAX_NOTEBOOK_BYTES + 1)
+        else:
+            with zipfile.ZipFile(raw) as zf, zf.open(zf.infolist()[index]) as handle:
+                data = handle.read(MAX_NOTEBOOK_BYTES + 1)
     if len(data) > MAX_NOTEBOOK_BYTES:
-        raise Skipped(f"larger than the size limit ({MAX_NOTEBOOK_BYTES // 1024 ** 2} MB)")
+        raise Skipped(f"larger than the size limit ({MAX_NOTEBOOK_BYTES // 1024 ** 2} MB)" if index is None
+                      else "larger than the size limit once decompressed")
     return data
 
 
-def _read_zip(zpath: Path, index: int) -> bytes:
-    """Entry ``index`` of the archive, inflating at most the size limit (zip bombs stop there)."""
-    with _open_regular(zpath) as raw, zipfile.ZipFile(raw) as zf, zf.open(zf.infolist()[index]) as handle:
-        data = handle.read(MAX_NOTEBOOK_BYTES + 1)
-    if len(data) > MAX_NOTEBOOK_BYTES:
-        raise Skipped("larger than the size limit once decompressed")
-    return data
-
-
-def _summary(why: str, names: list[str]) -> str:
+def _summary(why: str, names: list[str], verb: str = "skipped") -> str:
     more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
-    return f"skipped {', '.join(names[:SHOWN])}{more}: {why}"
+    return f"{verb} {', '.join(names[:SHOWN])}{more}: {why}"
+
+
+def _report(res: Collected, skipped: dict[str, list[str]], others: list[str], why_ignored: str) -> None:
+    """Skipped items (why -> names) become ``res``'s problems, ignored ones (``others``) a line of its files."""
+    res.problems.extend(_summary(why, names) for why, names in skipped.items())
+    if others:
+        res.files.append(_summary(why_ignored, others, "ignored"))
 
 
 # ----------------------------------------------------------------------------- finding submissions
-def _sources(path: Path, lms: dict | None = None, skip: set = frozenset()) -> tuple[dict[str, list], list[str]]:
-    """(student -> list of (kind, ...) found under PATH, "name: why" of the entries that belong to nobody).
+def _sources(path: Path, found: dict[str, list], ignored: list[str], lms: dict, skip: set) -> None:
+    """Add to ``found`` (student -> list of (kind, ...)) what PATH's entries hold, to ``ignored`` "name: why"
+    of the entries that belong to nobody, to ``lms`` student -> what an LMS download name said.
 
     Looks at each entry with lstat only: a symbolic link, a FIFO or a hard link is recorded as a "skip"
-    item for the student its name stands for, so the TA sees it in that student's problems. LMS download
-    names are read by the LMS adapters (``lms``, if given, receives student -> what the name said)."""
-    found: dict[str, list] = {}
-    ignored = []
+    item for the student its name stands for, so the TA sees it in that student's problems."""
     with os.scandir(path) as it:
         entries = sorted(it, key=lambda e: e.name)
     for entry in entries:
@@ -157,42 +152,36 @@ def _sources(path: Path, lms: dict | None = None, skip: set = frozenset()) -> tu
         if name in JUNK or name in skip:
             continue
         st = entry.stat(follow_symlinks=False)
-        kind = _kind(st.st_mode)
-        if kind == "file" and st.st_nlink > 1:
-            kind = HARD_LINK
+        kind = _kind(st.st_mode, st.st_nlink)
         special = kind not in ("dir", "file")
-        named = parse_download_name(name, kind == "dir") if not special else None
-        if named is None and special:
-            named = parse_download_name(name, False) or parse_download_name(name, True)
+        named = (parse_download_name(name, kind == "dir") if not special
+                 else parse_download_name(name, False) or parse_download_name(name, True))
         if named is not None:
-            student = named.student
-            if lms is not None:
-                lms[student] = {**lms.get(student, {}), **named.info}
-            lower = named.file.lower()
-            item = (("skip", name, kind) if special else ("dir", Path(entry.path)) if kind == "dir"
-                    else ("zip", Path(entry.path)) if lower.endswith(".zip")
-                    else ("file", Path(entry.path), named.file) if lower.endswith(".ipynb")
-                    else ("other", shown(name), "not a notebook or a zip"))
+            student, file = named.student, named.file
+            lms[student] = {**lms.get(student, {}), **named.info}
         elif kind == "dir":
-            student, item = name, ("dir", Path(entry.path))
+            student, file = name, name
         elif name.lower().endswith(".zip"):
-            student, item = name[: -len(".zip")], ("skip", name, kind) if special else ("zip", Path(entry.path))
+            student, file = name[: -len(".zip")], name
         elif name.endswith(".ipynb") and "__" in name:
-            student, _, rest = name[: -len(".ipynb")].partition("__")
-            item = ("skip", name, kind) if special else ("file", Path(entry.path), rest + ".ipynb")
+            student, _, file = name.partition("__")
         elif special:   # e.g. a link standing for a student's folder
-            student, item = name, ("skip", name, kind)
+            student, file = name, name
         else:
             ignored.append(f"{shown(name)}: not an LMS download name, a zip, a folder or <student>__<notebook>.ipynb")
             continue
-        found.setdefault(student, []).append(item)
-    return found, ignored
+        where = Path(entry.path)
+        found.setdefault(student, []).append(
+            ("skip", name, kind) if special else ("dir", where) if kind == "dir"
+            else ("zip", where) if file.lower().endswith(".zip")
+            else ("file", where, file) if file.lower().endswith(".ipynb")
+            else ("other", shown(name), "not a notebook or a zip"))
 
 
-def _walk(folder: Path, inbox: Path, res: Collected):
+def _walk(folder: Path, res: Collected):
     """Yield (path, mtime) of the regular ``*.ipynb`` and ``*.zip`` files under ``folder``, never entering a
     symbolic link; links, hard links and special files met on the way become problems for ``res``, other
-    files are listed in ``res.files`` as ignored."""
+    files are listed in ``res.files`` as ignored. Names are shown from ``folder``'s parent on."""
     skipped: dict[str, list[str]] = {}
     others: list[str] = []
     stack, seen = [folder], 0
@@ -202,7 +191,7 @@ def _walk(folder: Path, inbox: Path, res: Collected):
             with os.scandir(current) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            res.problems.append(f"cannot list {shown(os.path.relpath(current, inbox))}: {exc.strerror}")
+            res.problems.append(f"cannot list {shown(os.path.relpath(current, folder.parent))}: {exc.strerror}")
             continue
         for entry in entries:
             seen += 1
@@ -214,22 +203,17 @@ def _walk(folder: Path, inbox: Path, res: Collected):
             if entry.name in JUNK:
                 continue
             st = entry.stat(follow_symlinks=False)
-            kind = _kind(st.st_mode)
-            if kind == "file" and st.st_nlink > 1:
-                kind = HARD_LINK
+            kind = _kind(st.st_mode, st.st_nlink)
+            label = shown(os.path.relpath(entry.path, folder.parent))
             if kind == "dir":
                 stack.append(Path(entry.path))
-            elif kind == "file":
-                if entry.name.endswith(".ipynb") or entry.name.lower().endswith(".zip"):
-                    yield Path(entry.path), st.st_mtime
-                else:
-                    others.append(shown(os.path.relpath(entry.path, inbox)))
+            elif kind != "file":
+                skipped.setdefault(kind, []).append(label)
+            elif entry.name.endswith(".ipynb") or entry.name.lower().endswith(".zip"):
+                yield Path(entry.path), st.st_mtime
             else:
-                skipped.setdefault(kind, []).append(shown(os.path.relpath(entry.path, inbox)))
-    for why, names in skipped.items():
-        res.problems.append(_summary(why, names))
-    if others:
-        res.files.append(_summary("not a notebook or a zip", others).replace("skipped", "ignored", 1))
+                others.append(label)
+    _report(res, skipped, others, "not a notebook or a zip")
 
 
 def _zip_entry_problem(info: zipfile.ZipInfo, limit: int = MAX_NOTEBOOK_BYTES) -> str | None:
@@ -259,57 +243,39 @@ def _scan_zip(zpath: Path, notebooks: list[str], chosen: dict, res: Collected) -
                 if info.is_dir() or "__MACOSX" in info.filename or ".ipynb_checkpoints" in info.filename:
                     continue
                 nb = _match(info.filename, notebooks)
-                if nb is None:
-                    others.append(f"{shown(zpath.name)}:{shown(info.filename)}")
-                    continue
                 label = f"{shown(zpath.name)}:{shown(info.filename)}"
-                problem = _zip_entry_problem(info)
-                if problem:
+                problem = _zip_entry_problem(info) if nb is not None else None
+                if nb is None:
+                    others.append(label)
+                elif problem:
                     skipped.setdefault(problem, []).append(label)
-                    continue
-                chosen.setdefault(nb, []).append(
-                    (mtime, label, lambda zpath=zpath, index=index: _read_zip(zpath, index)))
+                else:
+                    chosen.setdefault(nb, []).append((mtime, label, zpath, index))
     except Skipped as exc:
         res.problems.append(_summary(str(exc), [shown(zpath.name)]))
     except Exception as exc:  # noqa: BLE001 - BadZipFile, OSError, EOFError, NotImplementedError, ...
         res.problems.append(f"cannot open {shown(zpath.name)}: {exc.__class__.__name__}: {shown(str(exc))}")
         res.unreadable = True
-    for why, names in skipped.items():
-        res.problems.append(_summary(why, names))
-    if others:
-        res.files.append(_summary("not an assignment notebook (zips inside a zip are not opened)", others)
-                         .replace("skipped", "ignored", 1))
+    _report(res, skipped, others, "not an assignment notebook (zips inside a zip are not opened)")
 
 
-# ----------------------------------------------------------------------------- an LMS's whole download, zipped
-MAX_DOWNLOAD_BYTES = 16 * 1024 ** 3   # all of a download's files, unpacked
-MAX_DOWNLOAD_ENTRY = 4 * MAX_NOTEBOOK_BYTES
-
-
-def _is_download_zip(zpath: Path) -> bool:
-    """Whether a zip is an LMS's download of the whole class (most entries' first path part is an LMS download
-    name), not one student's archive."""
+# ----------------------------------------------------------------------------- an LMS's whole download
+def _is_download(path: Path) -> bool:
+    """Whether a zip or a folder (as an unzip tool makes it: "CS101-Exercise 1-42/") is an LMS's download of
+    the whole class, not one student's: most of its entries' first path parts are LMS download names."""
     try:
-        with _open_regular(zpath) as raw, zipfile.ZipFile(raw) as zf:
-            names = [i.filename for i in zf.infolist()][:2000]
+        if path.is_dir():
+            with os.scandir(path) as it:
+                tops = {e.name: e.is_dir(follow_symlinks=False) for _, e in zip(range(2000), it) if e.name not in JUNK}
+        else:
+            with _open_regular(path) as raw, zipfile.ZipFile(raw) as zf:
+                names = [i.filename for i in zf.infolist()][:2000]
+            tops = {n.replace("\\", "/").split("/")[0]: n.endswith("/") or "/" in n.strip("/")
+                    for n in names if n.strip("/")}
     except Exception:  # noqa: BLE001 - a broken zip is a student's problem, reported where it is read
         return False
-    tops = {n.replace("\\", "/").split("/")[0]: n.endswith("/") or "/" in n.strip("/") for n in names if n.strip("/")}
     named = sum(parse_download_name(top, is_dir) is not None for top, is_dir in tops.items())
     return len(tops) > 0 and named * 2 > len(tops)
-
-
-def _is_download_folder(folder: Path) -> bool:
-    """Whether a folder holds an LMS's download (most of its entries are LMS download names), as an unzip
-    tool makes it ("CS101-Exercise 1-42/"), rather than being one student's folder."""
-    try:
-        with os.scandir(folder) as it:
-            entries = [(e.name, e.is_dir(follow_symlinks=False)) for _, e in zip(range(2000), it)
-                       if e.name not in JUNK]
-    except OSError:
-        return False
-    named = sum(parse_download_name(name, is_dir) is not None for name, is_dir in entries)
-    return len(entries) > 0 and named * 2 > len(entries)
 
 
 def _unpack_download(zpath: Path, dest: Path, notes: list[str]) -> Path:
@@ -369,13 +335,12 @@ def collect(course: Course, path: Path, times: Path | list[Path] | None = None, 
     listed = {} if files else None
     for file in files:   # several: e.g. the pages of Canvas's Submissions API, one file each
         listed.update(deadlines.read_times(file, zone))
-    times = ", ".join(f.name for f in files)
-    notebooks = course.notebook_names()
     with tempfile.TemporaryDirectory(prefix="las-collect-") as unpacked:
-        return _collect_all(course, path, Path(unpacked), notebooks, listed, times)
+        return _collect_all(course, path, Path(unpacked), listed, ", ".join(f.name for f in files))
 
 
-def _collect_all(course: Course, path: Path, unpacked: Path, notebooks: list[str], listed, times) -> list[Collected]:
+def _collect_all(course: Course, path: Path, unpacked: Path, listed, times) -> list[Collected]:
+    notebooks = course.notebook_names()
     lms: dict[str, dict] = {}
     notes: list[str] = []
     roots = [path]
@@ -385,17 +350,12 @@ def _collect_all(course: Course, path: Path, unpacked: Path, notebooks: list[str
         for entry in sorted(path.iterdir()):
             if entry.is_symlink() or parse_download_name(entry.name, entry.is_dir()) is not None:
                 continue
-            if entry.suffix.lower() == ".zip" and entry.is_file() and _is_download_zip(entry):
-                roots.append(_unpack_download(entry, unpacked / entry.name, notes))   # left packed
-            elif entry.is_dir() and _is_download_folder(entry):   # unpacked into a folder of the zip's name
-                roots.append(entry)
+            packed = entry.suffix.lower() == ".zip" and entry.is_file()   # else unpacked into a folder of its name
+            if (packed or entry.is_dir()) and _is_download(entry):
+                roots.append(_unpack_download(entry, unpacked / entry.name, notes) if packed else entry)
     found, ignored = {}, []
     for root in roots:
-        here, strays = _sources(root, lms, skip=set() if root is not path else
-                                {Path(r).name for r in roots[1:]})
-        for student, items in here.items():
-            found.setdefault(student, []).extend(items)
-        ignored += strays
+        _sources(root, found, ignored, lms, skip=set() if root is not path else {Path(r).name for r in roots[1:]})
     results = [Collected(shown(entry.split(": ")[0]), problems=[f"ignored {entry}"], unreadable=True, stray=True)
                for entry in ignored + notes]
     for student, items in found.items():
@@ -407,14 +367,12 @@ def _collect_all(course: Course, path: Path, unpacked: Path, notebooks: list[str
             res.unreadable = True
             continue
         try:
-            _collect_student(course, path, student, items, notebooks, res)
+            _collect_student(course, student, items, notebooks, res)
         except Exception as exc:  # noqa: BLE001 - one student's files must not stop the batch
             res.problems.append(f"collect failed for this student: {exc.__class__.__name__}: {shown(str(exc))}")
             res.unreadable = True
         _submission_time(res, listed, times)
-        course.write_json("collect", student, {"notebooks": res.notebooks, "problems": res.problems,
-                                               "unreadable": res.unreadable, "submitted_at": res.submitted_at,
-                                               "time_source": res.time_source, "lms": res.lms, "files": res.files})
+        course.write_json("collect", student, {key: getattr(res, key) for key in REPORT})
     return sorted(results, key=lambda r: r.student)
 
 
@@ -431,9 +389,8 @@ def _submission_time(res: Collected, listed: dict | None, times_file) -> None:
                                     f"({entry['late']}) disagree: the times file's is kept")
             res.lms["late"] = bool(entry["late"])
     elif adapter is not None:
-        res.submitted_at = ""
-        res.time_source = (f"none ({adapter.NAME} download" + (f", not in {times_file}" if listed is not None
-                                                               else "") + ")")
+        missing = f", not in {times_file}" if listed is not None else ""
+        res.time_source = f"none ({adapter.NAME} download{missing})"
         if res.notebooks:
             res.problems.append(f"not in {times_file}: no submission time, no late penalty (check it by hand)"
                                 if listed is not None else f"no submission time: {adapter.TIMES_HELP}")
@@ -444,52 +401,49 @@ def _submission_time(res: Collected, listed: dict | None, times_file) -> None:
             res.problems.append(f"not in {times_file}: the submission time is the file's")
 
 
-def _candidates(inbox: Path, items: list, notebooks: list[str], res: Collected) -> dict[str, list]:
-    """notebook -> [(mtime, label, reader)] for one student's zips, folders and loose files."""
+def _candidates(items: list, notebooks: list[str], res: Collected) -> dict[str, list]:
+    """notebook -> [(mtime, label, path, zip entry index or None)] for one student's zips, folders and files."""
     chosen: dict[str, list] = {}
-    for item in items:
-        kind, entry = item[0], item[1]
+
+    def add(name: str, mtime: float, label: str, path: Path) -> None:
+        nb = _match(name, notebooks)
+        if nb is None:
+            res.files.append(f"ignored {label}: not an assignment notebook")
+        else:
+            chosen.setdefault(nb, []).append((mtime, label, path, None))
+
+    for kind, entry, *more in items:
         if kind == "skip":
-            res.problems.append(_summary(item[2], [shown(entry)]))
+            res.problems.append(_summary(more[0], [shown(entry)]))
         elif kind == "other":
-            res.files.append(f"ignored {entry}: {item[2]}")
+            res.files.append(f"ignored {entry}: {more[0]}")
         elif kind == "zip":
             _scan_zip(entry, notebooks, chosen, res)
         elif kind == "file":
-            nb = _match(item[2], notebooks)
-            if nb is not None:
-                chosen.setdefault(nb, []).append((entry.lstat().st_mtime, shown(entry.name),
-                                                  lambda f=entry: _read_file(f)))
-            else:
-                res.files.append(f"ignored {shown(entry.name)}: not an assignment notebook")
+            add(more[0], entry.lstat().st_mtime, shown(entry.name), entry)
         else:
-            for f, mtime in _walk(entry, entry.parent, res):   # named from the student's folder on
+            for f, mtime in _walk(entry, res):
                 if f.name.lower().endswith(".zip"):
                     _scan_zip(f, notebooks, chosen, res)
-                    continue
-                nb = _match(f.name, notebooks)
-                if nb is not None:
-                    chosen.setdefault(nb, []).append((mtime, shown(os.path.relpath(f, entry.parent)),
-                                                      lambda f=f: _read_file(f)))
                 else:
-                    res.files.append(f"ignored {shown(os.path.relpath(f, entry.parent))}: not an assignment notebook")
+                    add(f.name, mtime, shown(os.path.relpath(f, entry.parent)), f)
     return chosen
 
 
 def _pick(nb: str, candidates: list, res: Collected) -> tuple | None:
-    """The candidate to take for ``nb``: identical copies are one; of different files the newest in the plain
-    layout, none in an LMS download (its file times say nothing: the student is unreadable, both named)."""
+    """The (mtime, label, bytes) to take for ``nb``: identical copies are one; of different files the newest in
+    the plain layout, none in an LMS download (its file times say nothing: the student is unreadable, both named)."""
     distinct: dict[bytes, tuple] = {}
     unread = set()
-    for candidate in sorted(candidates, key=lambda c: c[0]):
+    for mtime, label, path, index in sorted(candidates, key=lambda c: c[0]):
         try:
-            data = candidate[2]()
+            data = _read(path, index)
         except Exception as exc:  # noqa: BLE001 - encrypted, unsupported compression, a link, too large, ...
-            res.problems.append(f"cannot read {candidate[1]}: {shown(str(exc))}")
-            unread.add(candidate[1])
+            res.problems.append(f"cannot read {label}: {shown(str(exc))}")
+            unread.add(label)
             continue
         distinct.pop(data, None)
-        distinct[data] = (candidate[0], candidate[1], data)
+        distinct[data] = (mtime, label, data)
     if not distinct:
         return None
     kept = list(distinct.values())
@@ -510,9 +464,8 @@ def _pick(nb: str, candidates: list, res: Collected) -> tuple | None:
     return taken
 
 
-def _collect_student(course: Course, inbox: Path, student: str, items: list, notebooks: list[str],
-                     res: Collected) -> None:
-    chosen = _candidates(inbox, items, notebooks, res)
+def _collect_student(course: Course, student: str, items: list, notebooks: list[str], res: Collected) -> None:
+    chosen = _candidates(items, notebooks, res)
     dest = course.folder("submitted", student)
     if dest.exists():
         shutil.rmtree(dest)

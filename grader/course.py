@@ -71,16 +71,11 @@ def shown(name) -> str:
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-def _table_cell(value, max_width: int) -> str:
-    """One table cell: printable (a file name that is not UTF-8 must not crash the summary) and
-    cut to ``max_width`` characters."""
-    text = printable(value)
-    return text if len(text) <= max_width else text[: max_width - 3] + "..."
-
-
 def table(rows: list[list], headers: list[str], max_width: int = 90) -> str:
-    """A plain-text table; long cells are cut to ``max_width`` characters."""
-    cells = [[str(h) for h in headers]] + [[_table_cell(c, max_width) for c in row] for row in rows]
+    """A plain-text table; long cells are cut to ``max_width`` characters, every cell printable (a file name
+    that is not UTF-8 must not crash the summary)."""
+    cells = [[str(h) for h in headers]] + [[t if len(t) <= max_width else t[: max_width - 3] + "..."
+                                            for t in map(printable, row)] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -189,9 +184,8 @@ class Course:
         return self.grading / kind / f"{student}.json"
 
     def read_json(self, kind: str, student: str) -> dict:
-        path = self.status_path(kind, student)
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            return json.loads(self.status_path(kind, student).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
 
@@ -221,12 +215,9 @@ def nbgrader(args: list[str], *, course_root: Path, db_url: str, env: dict | Non
 
 
 def sync_assignment(course: Course) -> list[str]:
-    """Put the assignment (its notebooks, grade cells and source cells) into the gradebook and
-    write the matching release to ``grading/release``; returns the notebook stems.
-
-    The release is made as ``python -m grader release`` makes it (grader/release.py
-    :func:`release_notebooks`), from ``course.source``; the committed notebooks/ folder is never touched.
-    """
+    """Put the assignment (its notebooks, grade cells and source cells) into the gradebook and write the
+    matching release to ``grading/release``, as ``python -m grader release`` makes it from ``course.source``
+    (the committed notebooks/ folder is never touched); returns the notebook stems."""
     course.grading.mkdir(parents=True, exist_ok=True)
     digest = release_digest(course.source, course.assignment)
     stamp = course.grading / "release-digest.txt"
@@ -258,9 +249,7 @@ def release_cache_dir() -> Path | None:
 def cache_folder(variable: str, default: Path | None) -> Path | None:
     """A disk cache's folder: ``$variable`` when set, None (no disk cache) when it is ``off``, else ``default``."""
     env = os.environ.get(variable, "")
-    if env.lower() == "off":
-        return None
-    return Path(env) if env else default
+    return None if env.lower() == "off" else Path(env) if env else default
 
 
 def _cache_key(digest: str) -> str:
@@ -348,13 +337,10 @@ def nbgrader_failures(log: str) -> dict[str, str]:
     student, logs each failure and only then exits non-zero)."""
     failed, current = {}, None
     for line in log.splitlines():
-        m = NBGRADER_FAILED.search(line)
-        if m:
+        if m := NBGRADER_FAILED.search(line):
             failed.setdefault(m.group(1), "")
             current = None
-            continue
-        m = NBGRADER_FAILED_PATH.search(line)
-        if m:
+        elif m := NBGRADER_FAILED_PATH.search(line):
             current = m.group(1)
             failed[current] = ""
         elif current and line.strip() and not line.startswith("["):

@@ -45,11 +45,6 @@ class NotebookResult:
             self.reasons.insert(0, reason) if first else self.reasons.append(reason)
 
 
-def _worst(statuses) -> str:
-    statuses = list(statuses) or ["graded"]
-    return min(statuses, key=STATUS_ORDER.index)
-
-
 @dataclass
 class Job:
     """One readable notebook of a student's session: as graded, and where its results go."""
@@ -67,13 +62,11 @@ def _notebook_status(res: NotebookResult) -> dict:
     return {"status": res.status, "reasons": res.reasons, "score": res.score,
             "max_score": res.max_score, "seconds": round(res.seconds, 1),
             "judge": res.verdict.to_json() if res.verdict is not None else None,
-            # the judge's report of each test cell, as the feedback shows it
-            "reports": {cell: res.verdict.cell_report(cell) for cell in
+            "reports": {cell: res.verdict.cell_report(cell) for cell in   # each test cell's, as feedback shows it
                         res.verdict.points} if res.verdict is not None else None,
             "full_run_reason": res.full_run_reason,
             "audit": res.audit,
-            # what nbgrader printed when the full run failed: the TA's
-            # first stop when a status says "look at it by hand"
+            # what nbgrader printed when the full run failed: the TA's first stop at "look at it by hand"
             "full_run_log": "" if res.full_run_ok else res.log[-4000:]}
 
 
@@ -91,8 +84,8 @@ def record_statuses(course: Course, results: dict[str, list[NotebookResult]], pr
         notebooks = dict(sorted(notebooks.items()))
         reasons = list(dict.fromkeys(list(collected.get("problems", [])) +
                                      [r for nb in notebooks.values() for r in nb.get("reasons", [])]))
-        worst = _worst([nb.get("status", "graded") for nb in notebooks.values()] +
-                       (["unreadable"] if collected.get("unreadable") else []))
+        worst = min([nb.get("status", "graded") for nb in notebooks.values()] + ["graded"] +
+                    (["unreadable"] if collected.get("unreadable") else []), key=STATUS_ORDER.index)
         status = {
             "student": s,
             "status": worst,
