@@ -27,7 +27,7 @@ def session_cells(graded: dict, release: dict, mode: str = "light") -> list[dict
 
     A cell that is exactly one of the release's given cells (the course's demonstrations: training
     runs, ablations, plots) has role ``demo``: in the ``light`` mode the full run runs only its
-    definitions, and the notebook shows the outputs the student submitted for it (:func:`_demo_outputs`).
+    definitions, and the notebook shows the outputs the student submitted for it (grader/fullrun.py).
     Every other code cell (setup, answers, tests, and any cell the student wrote or edited) runs in full."""
     text = cell_source
     demos = {text(c).strip() for c in release["cells"] if c.get("cell_type") == "code" and cell_role(c) == "given"}
@@ -111,18 +111,15 @@ RECORD_BYTES = 1024 ** 3
 def run_sandboxed(cmd: list[str], plan: dict, *, workdir: Path, env: dict, timeout: float, preexec_fn=None,
                   stems: list[str] = (), sealed: list[bytes] = ()) -> tuple[list[dict], str]:
     """Run one session (``cmd``, the plan and its ``sealed`` parts on stdin) and collect its numbered
-    records; (records, the tail of its stderr). Records count only in sequence (0, 1, 2, ...): at the first break (a forged or
-    lost record, a session killed at the backstop ``timeout``), every notebook that had not sent its
-    ``notebook_done`` gets a ``notebook_void`` record; the notebooks before it stand."""
+    records; (records, the tail of its stderr). Records count only in sequence (0, 1, 2, ...): at the first
+    break (a forged or lost record, a session killed at the backstop ``timeout``), every notebook that had
+    not sent its ``notebook_done`` gets a ``notebook_void`` record; the notebooks before it stand."""
     records: list[dict] = []
     problem = ""
     with plan_process(cmd, plan, workdir=workdir, env=env, timeout=timeout, preexec_fn=preexec_fn,
                       sealed=sealed) as (proc, run):
         outputs = others = 0
-        while True:
-            line = proc.stdout.readline(judging.MAX_RECORD_BYTES + 1)
-            if not line:
-                break
+        for line in iter(lambda: proc.stdout.readline(judging.MAX_RECORD_BYTES + 1), b""):
             if len(line) > judging.MAX_RECORD_BYTES or not line.endswith(b"\n"):
                 problem = "the session sent a record longer than the grader accepts"
                 break
@@ -147,17 +144,16 @@ def run_sandboxed(cmd: list[str], plan: dict, *, workdir: Path, env: dict, timeo
             records.append(rec)
         if problem:
             kill_group(proc)
-    returncode, tail = run["returncode"], run["tail"]
     if not problem:
         if not records or records[-1].get("kind") != "done":
             problem = "the session did not finish (killed at the grader's time limit, or it crashed)"
-        elif returncode != 0:
-            problem = f"the session exited with status {returncode}"
+        elif run["returncode"] != 0:
+            problem = f"the session exited with status {run['returncode']}"
     if problem:
         finished = {r.get("stem") for r in records if r.get("kind") in ("notebook_done", "notebook_void")}
         records += [{"kind": "notebook_void", "stem": stem, "problem": problem} for stem in stems
                     if stem not in finished]
-    return records, tail
+    return records, run["tail"]
 
 
 #: Seconds a notebook's setup cell (imports, the model suite) may take inside a session.

@@ -1,13 +1,11 @@
 """The settings of an autograde run and the one sandbox policy built from them.
 
-Every limit a student's grading session runs under is written once. The ones a TA sets are the fields
-of :class:`Settings`, with their defaults (the command line shows these; ``--mem-gb`` is
-``Settings.mem_gb``); what the grader adds around them is below (:data:`SESSION_MEMORY`,
-:data:`FILE_BYTES`); :func:`session_policy` builds a session's :class:`Policy` from them once, and the
-session's cgroups (grader/sandbox.py) and its per-process limits (grader/process.py ``Limits``, applied
-inside the sandbox) both come from that policy. What the sandbox itself gives a session (its tmpfs sizes,
-the pids cap) is written in grader/sandbox.py.
-"""
+Every limit a student's grading session runs under is written once: the TA's are the fields of
+:class:`Settings` (the command line shows their defaults: ``--mem-gb`` is ``Settings.mem_gb``), the
+grader's own around them are below (:data:`SESSION_MEMORY`, :data:`FILE_BYTES`). :func:`session_policy`
+builds a session's :class:`Policy` from them once; the session's cgroups (grader/sandbox.py) and its
+per-process limits (grader/process.py ``Limits``, applied inside the sandbox) both come from it. What the
+sandbox itself gives a session (its tmpfs sizes, the pids cap) is written in grader/sandbox.py."""
 
 from __future__ import annotations
 
@@ -38,7 +36,7 @@ class Settings:
     seed: int | None = None          # the judge's input seed (None: the grading folder's own, grader/seed.py)
     judge_budget: int = 120          # one notebook's judge run: loading its top-level code and every case
     load_seconds: int = 60           # of which, at most, running the student's top-level statements (each at most 30 s)
-    full_run: str = "light"          # light: the course's demonstration cells run their definitions only; full: every cell
+    full_run: str = "light"          # light: the course's demonstration cells run only their definitions; full: all
 
     def threads(self) -> int:
         return self.session_threads or max(1, (os.cpu_count() or 1) // max(1, self.workers))
@@ -49,18 +47,11 @@ class Settings:
         prot = protections()
         return "bwrap" if prot["bwrap"] else "unshare" if prot["network"] else "none"
 
-    def policy(self) -> "Policy":
-        return session_policy(self)
-
     def protections(self) -> dict[str, bool]:
-        prot = dict(protections())
-        mode = self.mode()
-        prot["filesystem"] = mode == "bwrap"
-        prot["network"] = mode in ("bwrap", "unshare")
-        groups = cgroup_protections()
-        prot["cpu_cgroup"], prot["memory_cgroup"] = groups["cpu"], groups["memory"]
-        return prot
-
+        """This machine's protections (grader/sandbox.py ``protections``) as this run's sandbox mode uses them."""
+        mode, groups = self.mode(), cgroup_protections()
+        return {**protections(), "filesystem": mode == "bwrap", "network": mode in ("bwrap", "unshare"),
+                "cpu_cgroup": groups["cpu"], "memory_cgroup": groups["memory"]}
 
 
 @dataclass(frozen=True)

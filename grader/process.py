@@ -13,10 +13,9 @@ vocabularies, by channel:
 * a **case child's pipe** to its loader: one encoded value (``read_child`` collects it);
 * the **full run's pipes**: orders ``{"cell", "nonce", "timeout"}`` in, ``k`` = ``cell`` records out.
 
-No process that runs student code holds the evidence channel (``CLOSE_IN_CHILDREN``, closed by
-``close_inherited`` in every child). The functions below capture ``os.write`` and friends when this
-module is imported, before any student code runs, so a notebook that replaces them changes nothing here.
-"""
+No process that runs student code holds the evidence channel (``CLOSE_IN_CHILDREN``, closed by ``close_inherited``
+in every child). The functions below capture ``os.write`` and friends when this module is imported, before any
+student code runs, so a notebook that replaces them changes nothing here."""
 
 from __future__ import annotations
 
@@ -43,10 +42,8 @@ CLOSE_IN_CHILDREN: list[int] = []   # the evidence channel: no process that runs
 def close_inherited() -> None:
     """In a forked child: close every descriptor of ``CLOSE_IN_CHILDREN``."""
     for fd in CLOSE_IN_CHILDREN:
-        try:
+        with contextlib.suppress(OSError):
             os.close(fd)
-        except OSError:
-            pass
 
 
 LIMITS_ENV = "LAS_SANDBOX_LIMITS"
@@ -91,24 +88,18 @@ class Limits:
 def kill_namespace() -> None:
     """SIGKILL every process this one may signal, then reap the children: only for pid 1 of a sandbox's
     own pid namespace, where that means everything the student's code left behind."""
-    try:
+    with contextlib.suppress(OSError):
         os.kill(-1, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
+    with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0]:
             pass
-    except ChildProcessError:
-        pass
 
 
 def protect_parent() -> None:
-    try:
+    with contextlib.suppress(Exception):   # best effort (non-Linux)
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(4, 0, 0, 0, 0)   # PR_SET_DUMPABLE 0: no /proc/<pid>/mem, no ptrace from children
         libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG: die with the grader
-    except Exception:  # noqa: BLE001 - best effort (non-Linux)
-        pass
 
 
 #: Signals no process inside the sandbox may use to stop a trusted grading process (the harness or
@@ -126,31 +117,25 @@ def ignore_signals() -> None:
     """In a trusted process: no signal from inside the sandbox stops it (see TRUSTED_IGNORES), and any
     other signal a library gave a Python handler is back to its default (which pid 1 is immune to)."""
     for sig in TRUSTED_IGNORES:
-        try:
+        with contextlib.suppress(OSError, ValueError):
             signal.signal(sig, signal.SIG_IGN)
-        except (OSError, ValueError):
-            pass
     for sig in signal.valid_signals():
         if sig in TRUSTED_IGNORES or sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
             continue
-        try:
+        with contextlib.suppress(OSError, ValueError, TypeError):
             if callable(signal.getsignal(sig)):
                 signal.signal(sig, signal.SIG_DFL)
-        except (OSError, ValueError, TypeError):
-            pass
 
 
 def default_signals() -> None:
     """In a forked process that runs student code: the signal actions a fresh Python has (Ctrl-C
     raises KeyboardInterrupt; SIGTERM ends it; SIGPIPE stays ignored, as Python sets it)."""
     for sig in TRUSTED_IGNORES:
-        try:
+        with contextlib.suppress(OSError, ValueError):
             if sig == signal.SIGINT:
                 signal.signal(sig, signal.default_int_handler)
             elif sig != getattr(signal, "SIGPIPE", None):
                 signal.signal(sig, signal.SIG_DFL)
-        except (OSError, ValueError):
-            pass
 
 
 def private_sys_path() -> None:
@@ -161,22 +146,20 @@ def private_sys_path() -> None:
     sys.path[:] = [p for p in sys.path if p not in ("", ".") and (p != here or p == root)]
 
 
-def send_record(fd: int, record: dict) -> None:
-    view = memoryview((_dumps(record, allow_nan=True) + "\n").encode())
+def send_record(fd: int, record: dict, default=None) -> None:
+    """``record`` as one JSON line to ``fd``; ``default`` as json.dumps's (for objects JSON does not know)."""
+    view = memoryview((_dumps(record, allow_nan=True, default=default) + "\n").encode())
     while view:
-        n = _write(fd, view[:1 << 16])
-        view = view[n:]
+        view = view[_write(fd, view[:1 << 16]):]
 
 
 def single_thread() -> None:
     """In a forked process: one intra-op thread. An OpenMP pool the parent started (a student's
     top-level torch code with several threads) does not survive fork(); using it would hang."""
     torch = sys.modules.get("torch")   # not loaded: no thread pool to leave
-    try:
+    with contextlib.suppress(Exception):
         if torch is not None:
             torch.set_num_threads(1)
-    except Exception:  # noqa: BLE001
-        pass
 
 
 def read_child(pid: int, read_fd: int, timeout: float, limit: int) -> tuple[str, bytes]:
@@ -190,8 +173,7 @@ def read_child(pid: int, read_fd: int, timeout: float, limit: int) -> tuple[str,
         if left <= 0:
             status = "timeout"
             break
-        ready, _, _ = select.select([read_fd], [], [], 0.0 if exited else min(left, 0.2))
-        if ready:
+        if select.select([read_fd], [], [], 0.0 if exited else min(left, 0.2))[0]:
             chunk = _read(read_fd, 1 << 16)
             if not chunk:
                 break
@@ -203,15 +185,12 @@ def read_child(pid: int, read_fd: int, timeout: float, limit: int) -> tuple[str,
             continue
         if exited:
             break
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        exited = done == pid
+        exited = os.waitpid(pid, os.WNOHANG)[0] == pid
     _close(read_fd)
     signal_group(pid, signal.SIGKILL)   # the case's process group: whatever it started dies with it
     if not exited:
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
     if status == "ok" and not chunks:
         status = "died"
     return status, b"".join(chunks)
@@ -233,11 +212,9 @@ class RecordReader:
             left = deadline - time.monotonic()
             if left <= 0:
                 return "timeout"
-            ready, _, _ = select.select([self.fd], [], [], min(left, 0.5))
-            if ready:
+            if select.select([self.fd], [], [], min(left, 0.5))[0]:
                 chunk = os.read(self.fd, 1 << 20)
-                if not chunk:
-                    self.eof = True
+                self.eof = not chunk
                 self.buf += chunk
         line, self.buf = self.buf.split(b"\n", 1)
         try:
@@ -250,17 +227,14 @@ class RecordReader:
 def signal_group(pid: int, sig: int) -> None:
     """Send ``sig`` to ``pid``'s process group and to ``pid`` itself; either may be gone already."""
     for target in (-pid, pid):
-        try:
+        with contextlib.suppress(OSError):
             os.kill(target, sig)
-        except OSError:
-            pass
 
 
 def is_stopped(pid: int) -> bool:
     """Whether ``pid`` is stopped (SIGSTOP, SIGTSTP: state T or t in /proc/<pid>/stat); False when unknown."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return False
     return stat[stat.rfind(b")") + 2:][:1] in (b"T", b"t")
@@ -268,10 +242,8 @@ def is_stopped(pid: int) -> bool:
 
 def kill_process(pid: int) -> None:
     signal_group(pid, signal.SIGKILL)
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
     if os.getpid() == 1:   # pid 1 of the sandbox: nothing the loader started outlives it
         kill_namespace()
 
@@ -307,9 +279,7 @@ def serve(run, name: str, argv: list[str] | None = None) -> None:
         # each once, ending with one "done" and a clean exit, so a record forged into the channel
         # (or a harness killed half-way) voids the run instead of scoring.
         record["seq"] = next(counter)
-        view = memoryview((json.dumps(record, allow_nan=True) + "\n").encode())
-        while view:
-            view = view[os.write(out_fd, view):]
+        send_record(out_fd, record)
 
     os.set_inheritable(out_fd, False)
     CLOSE_IN_CHILDREN.append(out_fd)
@@ -324,17 +294,6 @@ def plan_bytes(plan: dict, sealed: list[bytes] = ()) -> bytes:
     return b"%d\n" % len(body) + body + b"".join(sealed)
 
 
-def _read_exactly(fd: int, size: int) -> bytes:
-    parts = []
-    while size > 0:
-        chunk = _read(fd, min(size, 1 << 20))
-        if not chunk:
-            raise EOFError("the plan ended early")
-        parts.append(chunk)
-        size -= len(chunk)
-    return b"".join(parts)
-
-
 def read_plan(fd: int) -> dict:
     """The plan :func:`plan_bytes` wrote, read from ``fd`` up to its end and not a byte further."""
     header = b""
@@ -343,7 +302,14 @@ def read_plan(fd: int) -> dict:
         if not byte or len(header) > 20:
             raise ValueError("the plan on stdin does not start with its length")
         header += byte
-    return json.loads(_read_exactly(fd, int(header)))
+    size, parts = int(header), []
+    while size > 0:
+        chunk = _read(fd, min(size, 1 << 20))
+        if not chunk:
+            raise EOFError("the plan ended early")
+        parts.append(chunk)
+        size -= len(chunk)
+    return json.loads(b"".join(parts))
 
 
 def sealed_file(src: int, size: int) -> int:
@@ -422,16 +388,13 @@ def plan_process(cmd: list[str], plan: dict, *, workdir, env: dict, timeout: flo
 
 
 def _feed(pipe, data: bytes) -> None:
-    try:
+    # a process that ends without reading it all is no error here: its records say what happened
+    with contextlib.suppress(BrokenPipeError, OSError, ValueError):
         pipe.write(data)
         pipe.close()
-    except (BrokenPipeError, OSError, ValueError):
-        pass   # the process ended without reading it all: its records say what happened
 
 
 def kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the process group ``proc`` leads (started with ``start_new_session``); gone already is fine."""
-    try:
+    with contextlib.suppress(OSError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        pass

@@ -2,22 +2,19 @@
 holds only what a notebook needs (the Python environment, utils/, data/, the model cache and the
 student's own folder) -- not the gradebook, other students' work, solutions/ or grader/checks/.
 
-Mechanisms, best first (``protections()`` says which ones this machine has):
-
-* bubblewrap (``bwrap``): new user, mount, pid, network and IPC namespaces, read-only binds;
-* ``unshare --user --net``: no network, but the session sees the grader's filesystem;
-* nothing: the session runs as a plain process;
-
-and always ``setrlimit`` caps (memory, file size) applied inside the sandbox (grader/process.py ``Limits``), and a
-pids cgroup per student where the machine has one. :func:`session_prefix` wraps one student's session
-(grader/session.py); :func:`probe_prefix` wraps the judge's harness alone (grader/probe.py: the
-solution's reference values, the mutant sweeps).
-"""
+Mechanisms, best first (``protections()`` says which ones this machine has): bubblewrap (new user, mount,
+pid, network and IPC namespaces, read-only binds); ``unshare --user --net`` (no network, but the session sees
+the grader's filesystem); nothing (a plain process). Always: ``setrlimit`` caps (memory, file size) applied
+inside the sandbox (grader/process.py ``Limits``), and per-student cgroups where the machine has them.
+:func:`session_prefix` wraps one student's session (grader/session.py); :func:`probe_prefix` wraps the
+judge's harness alone (grader/probe.py: the solution's reference values, the mutant sweeps)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
+import importlib.util
 import os
 import shutil
 import signal
@@ -48,30 +45,18 @@ def protections() -> dict[str, bool]:
     overlay = have_bwrap and _run_ok([bwrap, "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev",
                                       "--overlay-src", str(GRADER_DIR), "--tmp-overlay", "/mnt", "true"])
     have_unshare = bool(unshare) and _run_ok([unshare, "--user", "--net", "--map-root-user", "true"])
-    try:
-        import resource  # noqa: F401 - whether this platform has rlimits at all
-
-        rlimits = True
-    except ImportError:
-        rlimits = False
-    return {
-        "network": have_bwrap or have_unshare,
-        "filesystem": have_bwrap,
-        "memory": rlimits,
-        "bwrap": have_bwrap,
-        "overlay": overlay,
-    }
+    rlimits = importlib.util.find_spec("resource") is not None   # whether this platform has rlimits at all
+    return {"network": have_bwrap or have_unshare, "filesystem": have_bwrap, "memory": rlimits,
+            "bwrap": have_bwrap, "overlay": overlay}
 
 
 def describe(prot: dict[str, bool]) -> str:
     """One line for the summary: which protections are on and which are off (and why)."""
-    parts = [
-        "network: " + ("off (namespace)" if prot["network"] else "REACHABLE (no bwrap/unshare)"),
-        "filesystem: " + ("isolated (bwrap)" if prot["filesystem"]
-                          else "NOT isolated (install bubblewrap): student code can read AND overwrite "
-                               "whatever this user can -- the gradebook, solutions/, other students' files"),
-        "memory: " + ("capped (setrlimit)" if prot["memory"] else "NOT capped"),
-    ]
+    parts = ["network: " + ("off (namespace)" if prot["network"] else "REACHABLE (no bwrap/unshare)"),
+             "filesystem: " + ("isolated (bwrap)" if prot["filesystem"]
+                               else "NOT isolated (install bubblewrap): student code can read AND overwrite "
+                                    "whatever this user can -- the gradebook, solutions/, other students' files"),
+             "memory: " + ("capped (setrlimit)" if prot["memory"] else "NOT capped")]
     if "cpu_cgroup" in prot:
         parts.append("per-student CPU and memory: " + (
             "capped (cgroups)" if prot["cpu_cgroup"] and prot.get("memory_cgroup") else
@@ -87,8 +72,7 @@ PROBE_PATHS = ("utils", "data", "pyproject.toml", "grader/__init__.py", "grader/
                "grader/evidence.py", "grader/probes/__init__.py")
 
 
-def _ro(path: str | Path) -> list[str]:
-    path = str(path)
+def _ro(path: str) -> list[str]:
     return ["--ro-bind", path, path] if os.path.exists(path) else []
 
 
@@ -113,31 +97,25 @@ def matplotlib_font_list() -> Path | None:
     folder = _font_list_folder()
     if folder is None:
         return None
-    found = sorted(folder.glob("fontlist-v*.json"))
-    if found:
-        return found[-1]
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL")}
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=".fonts-", dir=folder))
-    except OSError:
-        return None
-    try:
-        subprocess.run([sys.executable, "-c", "import matplotlib.font_manager"], env={**env, "MPLCONFIGDIR": str(scratch)},
-                       capture_output=True, timeout=120, check=True)
-        for built in scratch.glob("fontlist-v*.json"):
-            os.replace(built, folder / built.name)   # whole files only: a worker beside us may be binding it
-    except (OSError, subprocess.SubprocessError):
-        return None
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    if not any(folder.glob("fontlist-v*.json")):
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL")}
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix=".fonts-", dir=folder, ignore_cleanup_errors=True) as scratch:
+                subprocess.run([sys.executable, "-c", "import matplotlib.font_manager"], capture_output=True,
+                               env={**env, "MPLCONFIGDIR": scratch}, timeout=120, check=True)
+                for built in Path(scratch).glob("fontlist-v*.json"):
+                    os.replace(built, folder / built.name)   # whole files only: a worker beside us may be binding it
+        except (OSError, subprocess.SubprocessError):
+            return None
     found = sorted(folder.glob("fontlist-v*.json"))
     return found[-1] if found else None
 
 
-def _bwrap_base(repo_paths: tuple[str, ...], overlay: bool = False) -> list[str]:
-    """Namespaces, the system, the interpreter and ``repo_paths`` of the repository, read-only; a
-    size-capped /tmp; build/ as a size-capped tmpfs over the read-only model cache."""
+def _bwrap(repo_paths: tuple[str, ...], workdir: Path, env: dict, overlay: bool, bind: str) -> list[str]:
+    """The bubblewrap prefix: namespaces, the system, the interpreter and ``repo_paths`` of the repository,
+    read-only; a size-capped /tmp; build/ as a size-capped tmpfs over the read-only model cache; ``workdir``
+    bound with ``bind`` (``--ro-bind`` or ``--bind``) as the working folder; ``env`` and the sandbox's home."""
     repo = str(ROOT)
     cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
            "--proc", "/proc", "--dev", "/dev", "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
@@ -161,14 +139,16 @@ def _bwrap_base(repo_paths: tuple[str, ...], overlay: bool = False) -> list[str]
     build = os.path.join(repo, "build")
     cmd += ["--size", str(TMP_BYTES), "--tmpfs", build]
     cache = os.path.join(build, "cache")
-    if os.path.isdir(cache):
-        if overlay:
-            cmd += ["--overlay-src", cache, "--tmp-overlay", cache]  # writable, changes discarded
-        else:
-            cmd += ["--ro-bind", cache, cache]
+    if os.path.isdir(cache):   # read-only, or with an overlay: writable, its changes discarded
+        cmd += ["--overlay-src", cache, "--tmp-overlay", cache] if overlay else ["--ro-bind", cache, cache]
     for dev in sorted(glob.glob("/dev/nvidia*")):  # GPUs, where the grading machine has them
         cmd += ["--dev-bind", dev, dev]
-    return cmd
+    # --as-pid-1: the harness or session itself is pid 1 of the sandbox (and not dumpable), so no process
+    # in there holds the evidence channel open where /proc/<pid>/fd could reach it
+    cmd += ["--as-pid-1", bind, str(workdir), str(workdir), "--chdir", str(workdir), "--clearenv"]
+    for key, value in {**env, **SANDBOX_HOME_ENV}.items():
+        cmd += ["--setenv", key, value]
+    return cmd + ["--"]
 
 
 def probe_prefix(mode: str, workdir: Path, env: dict, overlay: bool = False) -> list[str]:
@@ -176,13 +156,7 @@ def probe_prefix(mode: str, workdir: Path, env: dict, overlay: bool = False) -> 
     it sees the environment, utils/, data/, the model cache and grader's probe modules, never
     grader/checks/ (the cases and references), solutions/, the gradebook or other students."""
     if mode == "bwrap":
-        # --as-pid-1: the harness itself is pid 1 of the sandbox (and not dumpable), so no process in
-        # there holds the evidence channel open where /proc/<pid>/fd could reach it
-        cmd = _bwrap_base(PROBE_PATHS, overlay) + ["--as-pid-1"]
-        cmd += ["--ro-bind", str(workdir), str(workdir), "--chdir", str(workdir), "--clearenv"]
-        for key, value in {**env, **SANDBOX_HOME_ENV}.items():
-            cmd += ["--setenv", key, value]
-        return cmd + ["--"]
+        return _bwrap(PROBE_PATHS, workdir, env, overlay, "--ro-bind")
     if mode == "unshare":
         return ["unshare", "--user", "--net", "--map-root-user", "--"]
     return []
@@ -196,40 +170,18 @@ def session_prefix(mode: str, workdir: Path, env: dict, overlay: bool = False) -
     what the probe harness sees (:func:`probe_prefix`), grader/session.py, and ``workdir`` writable
     (the notebooks' working folder, holding only that student's submission)."""
     if mode == "bwrap":
-        cmd = _bwrap_base(SESSION_PATHS, overlay) + ["--as-pid-1"]
-        cmd += ["--bind", str(workdir), str(workdir), "--chdir", str(workdir), "--clearenv"]
-        for key, value in {**env, **SANDBOX_HOME_ENV}.items():
-            cmd += ["--setenv", key, value]
-        return cmd + ["--"]
+        return _bwrap(SESSION_PATHS, workdir, env, overlay, "--bind")
     return probe_prefix(mode, workdir, env, overlay)
 
 
 # ----------------------------------------------------------------------------- process limits
-PIDS_ROOT = Path("/sys/fs/cgroup/pids")
 PIDS_MAX = 512   # processes and threads of one grading job (torch's pools need a few dozen)
-
-
-def pids_cgroup(name: str, limit: int = PIDS_MAX) -> Path | None:
-    """A cgroup (v1 pids controller) capping the tasks of one grading job, where this machine lets
-    us make one (root on a cgroup-v1 host); None elsewhere, and RLIMIT_NPROC is the fallback."""
-    try:
-        if not (PIDS_ROOT / "cgroup.procs").exists():
-            return None
-        path = PIDS_ROOT / f"las-{os.getpid()}-{name}"
-        path.mkdir(exist_ok=True)
-        (path / "pids.max").write_text(str(limit))
-        return path
-    except OSError:
-        return None
-
-
 CGROUP_V1 = Path("/sys/fs/cgroup")
 CPU_PERIOD_US = 100_000
 
 
 def _v1_cgroup(controller: str, name: str, settings: dict[str, str]) -> Path | None:
-    """A cgroup of the v1 ``controller`` with ``settings`` written (file -> value), or None where this
-    machine does not let us make one."""
+    """A cgroup of the v1 ``controller`` with ``settings`` (file -> value); None where this machine allows none."""
     root = CGROUP_V1 / controller
     try:
         if not (root / "cgroup.procs").exists():
@@ -241,6 +193,12 @@ def _v1_cgroup(controller: str, name: str, settings: dict[str, str]) -> Path | N
         return path
     except OSError:
         return None
+
+
+def pids_cgroup(name: str, limit: int = PIDS_MAX) -> Path | None:
+    """A cgroup (v1 pids controller) capping the tasks of one grading job, where this machine lets
+    us make one (root on a cgroup-v1 host); None elsewhere, and RLIMIT_NPROC is the fallback."""
+    return _v1_cgroup("pids", name, {"pids.max": str(limit)})
 
 
 def student_cgroups(name: str, *, cpus: float | None = None, mem_bytes: int | None = None,
@@ -278,28 +236,22 @@ def join_cgroup(path):
 
     def join():
         for p in paths:
-            try:
+            with contextlib.suppress(OSError):
                 (p / "cgroup.procs").write_text(str(os.getpid()))
-            except OSError:
-                pass
     return join
 
 
 def remove_cgroup(path) -> None:
     """Kill what is left in ``path`` (one cgroup, a list of them, or None) and remove it."""
-    if isinstance(path, (list, tuple)):
-        for p in path:
+    if path is None or isinstance(path, (list, tuple)):
+        for p in path or ():
             remove_cgroup(p)
-        return
-    if path is None:
         return
     for _ in range(20):
         try:
             for pid in (path / "cgroup.procs").read_text().split():
-                try:
+                with contextlib.suppress(OSError):
                     os.kill(int(pid), signal.SIGKILL)
-                except OSError:
-                    pass
             path.rmdir()
             return
         except FileNotFoundError:
@@ -314,9 +266,7 @@ def nproc_limit(margin: int = PIDS_MAX) -> int:
     uid, count = os.getuid(), 0
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
+            with contextlib.suppress(OSError):
                 if os.stat(f"/proc/{entry}").st_uid == uid:
                     count += len(os.listdir(f"/proc/{entry}/task"))
-            except OSError:
-                pass
     return count + margin

@@ -11,37 +11,30 @@ reads a plan from stdin, written by grader/launch.py (``session_plan``):
 
 followed on stdin by the sealed parts (grader/launch.py ``sealed_part``: the case seeds and the probes'
 source), which stay in the kernel (the pipe, then a memfd) until each notebook's process reads its own
-after its full run.
+after its full run. ``cells`` are the code cells of the notebook as graded (the student's, with the
+release's locked cells restored), in order, with their position in it.
 
-``cells`` are the code cells of the notebook as graded (the student's, with the release's locked cells
-restored), in order, with their position in it. It writes JSON lines to its evidence channel, as the
-probe harness does (numbered records, one "done" at the end): per notebook ``{"kind": "cell", ...}``
-for every cell the full run executed (its outputs, as Jupyter stores them), one ``{"kind":
-"full_run", "status": ...}``, the judge's header and case records (grader/probe.py), and ``{"kind":
-"notebook_done"}`` -- or ``{"kind": "notebook_void", "problem": ...}`` when its grading process died.
-
-Why one process per student: a fresh interpreter, the torch and transformers imports and every
-notebook's setup cell (its model suite, its data) were paid twice per notebook, once by nbgrader's
-kernel and once by the judge. Here:
+Its evidence channel gets numbered records (grader/process.py lists their kinds), one "done" at the end: per
+notebook a ``cell`` record for every cell the full run executed (its outputs, as Jupyter stores them), one
+``full_run``, the judge's records (grader/probe.py), and ``notebook_done`` -- or ``notebook_void`` (its ``problem``)
+when its grading process died. One process per student, so the imports and each setup cell are paid once:
 
 * the session (pid 1 of the sandbox, not dumpable, never runs student code) imports the libraries once;
-* per notebook it forks a **notebook process** that runs the release's parameters and setup cells
-  (course code, trusted, their output captured for the setup cell), then forks
-  * the **full run**: an IPython shell on that namespace executes every later cell in order, as
-    Jupyter would (outputs, rich display, inline figures, tracebacks; a cell past ``cell_timeout`` is
-    interrupted with KeyboardInterrupt, one that ignores it is killed), and streams each cell's
-    outputs back; it decides no point;
-  * the judge's **loader** and its per-case processes (grader/probe.py), from the same trusted state
-    with the given cells' definitions added;
+* per notebook it forks a **notebook process** that runs the release's parameters and setup cells (course
+  code, trusted, their output captured for the setup cell), then forks
+  * the **full run**: an IPython shell on that namespace executes every later cell in order, as Jupyter
+    would (a cell past ``cell_timeout`` is interrupted with KeyboardInterrupt, one that ignores it is
+    killed), and streams each cell's outputs back; it decides no point;
+  * the judge's **loader** and its per-case processes (grader/probe.py), from the same trusted state with
+    the given cells' definitions added;
 * the notebook process relays only well-formed records to the session, which numbers them.
 
-Nothing of one student reaches another: every student has a session (and a sandbox) of their own. The
-student's code runs only in the full run, the loader and the case processes, none of which holds
-the evidence channel or the notebook process's pipe.
-"""
+Every student has a session (and a sandbox) of their own. The student's code runs only in the full run, the loader
+and the case processes, none of which holds the evidence channel or the notebook process's pipe."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -64,11 +57,10 @@ PREIMPORT = ("numpy", "torch", "matplotlib", "matplotlib.pyplot", "tqdm.auto",
              "IPython.core.interactiveshell", "IPython.display", "matplotlib_inline.backend_inline", "utils",
              "utils.presets", "utils.plotting", "utils.data", "utils.device", "utils.vision", "utils.scaling",
              "utils.critic", "utils.answer_loader", "utils.notebook_presets")
-#: The language-model libraries: about 3 s of a session's start (transformers imports its model classes
-#: lazily: both notebooks use each of these).
+#: The language-model libraries, and the notebooks that use them: about 3 s of a session's start
+#: (transformers imports its model classes lazily: both notebooks use each of these).
 LANGUAGE_MODELS = ("transformers", "utils.lm", "transformers.models.gpt_neox.modeling_gpt_neox",
                    "transformers.models.bert.modeling_bert")
-#: The notebooks that use them.
 LANGUAGE_MODEL_NOTEBOOKS = ("task2_pseudo_likelihood", "taskB_pythia_scaling")
 #: Data frames: about 0.45 s of a session's start, for the notebooks that tabulate with pandas.
 DATA_FRAMES = ("pandas",)
@@ -155,10 +147,8 @@ def _shell(names: dict, outputs_of):
     names.pop("display", None)
     # the singleton: IPython.display.display() and the inline backend publish through it
     shell = Shell.instance(user_ns=names, displayhook_class=Results, display_pub_class=Publisher)
-    try:
+    with contextlib.suppress(Exception):   # no inline backend: figures are simply not shown
         shell.enable_matplotlib("inline")
-    except Exception:  # noqa: BLE001 - no inline backend: figures are simply not shown
-        pass
     return shell
 
 
@@ -167,32 +157,13 @@ def _limit(outputs: list, max_lines: int) -> list:
     for out in outputs:
         if out.get("output_type") == "stream":
             lines = out["text"].splitlines(keepends=True)
-            if len(lines) > max_lines:
-                out["text"] = "".join(lines[:max_lines]) + f"... Output truncated: {len(lines) - max_lines} more lines\n"
+            if (extra := len(lines) - max_lines) > 0:
+                out["text"] = "".join(lines[:max_lines]) + f"... Output truncated: {extra} more lines\n"
     return outputs[:100]
-
-
-def _send_any(fd: int, record: dict) -> None:
-    """process.send_record for records of the full run, whose outputs may hold objects JSON does not know."""
-    view = memoryview((json.dumps(record, default=str) + "\n").encode())
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt("the cell ran past its time limit and was interrupted by the grader")
-
-
-def _read_order(fd: int, buf: bytearray) -> dict | None:
-    """The next order of the supervisor (one JSON line on ``fd``), or None when it closed the pipe."""
-    while b"\n" not in buf:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return None
-        buf += chunk
-    line, _, rest = bytes(buf).partition(b"\n")
-    buf[:] = rest
-    return json.loads(line)
 
 
 def _full_run_child(order_fd: int, names: dict, write_fd: int, max_lines: int) -> None:
@@ -205,14 +176,13 @@ def _full_run_child(order_fd: int, names: dict, write_fd: int, max_lines: int) -
         # too; the supervisor keeps its own clock (what it reports) and kills a cell that outlives both
         signal.signal(signal.SIGALRM, _interrupt)
         process.single_thread()
-        devnull = os.open(os.devnull, os.O_RDWR)
-        os.dup2(devnull, 0)
+        os.dup2(os.open(os.devnull, os.O_RDWR), 0)
         current: list = []
         shell = _shell(names, lambda: current)
         sys.stdout, sys.stderr = _Capture(current, "stdout"), _Capture(current, "stderr")
-        buf = bytearray()
+        orders = process.RecordReader(order_fd, 1 << 40)   # the supervisor's, one at a time: no limit
         while True:
-            order = _read_order(order_fd, buf)
+            order = orders.next(float("inf"))   # a dict, or "eof" when the supervisor closed the pipe
             if not isinstance(order, dict) or "cell" not in order:
                 break
             cell, nonce = order["cell"], order["nonce"]
@@ -236,7 +206,7 @@ def _full_run_child(order_fd: int, names: dict, write_fd: int, max_lines: int) -
             if len(json.dumps(record, default=str)) > MAX_CELL_RECORD:
                 record["outputs"] = [{"output_type": "stream", "name": "stderr",
                                       "text": "(this cell's outputs were too large to keep)\n"}]
-            _send_any(write_fd, record)
+            process.send_record(write_fd, record, default=str)   # outputs may hold objects JSON does not know
     finally:
         os._exit(0)
 
@@ -291,10 +261,9 @@ def run_full(cells: list[dict], names: dict, emit, *, cell_timeout: float, noteb
                 stopped = True   # the cell's time is up (its own timer interrupts it): wait GRACE more
                 interrupted.append(cell["index"])
                 continue
-            if rec == "timeout":
-                status = "budget" if time.monotonic() >= deadline else "timeout"
-            else:   # "eof": the process ended mid-notebook; "bad": a malformed line in its pipe
-                status = "died" if rec == "eof" else "forged"
+            # "eof": the process ended mid-notebook; "bad": a malformed line in its pipe
+            late = "budget" if time.monotonic() >= deadline else "timeout"
+            status = {"eof": "died", "bad": "forged"}.get(rec, late)
             break
         if status != "ok":
             stopped_at = cell["index"]
@@ -307,24 +276,11 @@ def run_full(cells: list[dict], names: dict, emit, *, cell_timeout: float, noteb
 
 
 # --------------------------------------------------------------------------- one notebook (trusted)
-class _Collect(io.TextIOBase):
-    def __init__(self):
-        self.parts: list[str] = []
-
-    def writable(self):
-        return True
+class _Collect(io.StringIO):
+    """The setup cell's sys.stdout or sys.stderr: everything it writes, as text."""
 
     def write(self, text):
-        self.parts.append(str(text))
-        return len(text)
-
-
-def _stop_leftovers() -> None:
-    """Inside the sandbox's pid namespace (the session is its pid 1): end every process but pid 1 and
-    this one, e.g. what the full run left running (busy children that would slow the judge's cases)."""
-    if os.getppid() != 1 or not _IN_NAMESPACE:
-        return
-    process.kill_namespace()
+        return super().write(str(text))
 
 
 _IN_NAMESPACE = False   # set by run_session: the session is pid 1 of its own pid namespace (bubblewrap)
@@ -339,10 +295,8 @@ def _notebook(nb: dict, plan: dict, write_fd: int, folder: str, sealed_fd: int) 
         process.ignore_signals()
         # the session's channel is closed; this pipe and the sealed part are closed below us
         process.CLOSE_IN_CHILDREN[:] = [write_fd, *([sealed_fd] if sealed_fd >= 0 else [])]
-        try:
+        with contextlib.suppress(OSError):
             os.chdir(folder)
-        except OSError:
-            pass
         emit = lambda record: process.send_record(write_fd, record)  # noqa: E731
         names = probe.fresh_names()
         judge = dict(nb["judge"], stem=nb["stem"])
@@ -350,15 +304,11 @@ def _notebook(nb: dict, plan: dict, write_fd: int, folder: str, sealed_fd: int) 
         first = [c for c in trusted if c["role"] in ("parameters", "setup")]
         given = [c for c in trusted if c["role"] == "given"]
         out, err = _Collect(), _Collect()
-        saved = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = out, err
-        try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             setup_notes = probe.run_trusted(first, names)
-        finally:
-            sys.stdout, sys.stderr = saved
         process.ignore_signals()   # whatever handler the setup cell's libraries installed
-        outputs = [{"output_type": "stream", "name": name, "text": "".join(c.parts)}
-                   for name, c in (("stdout", out), ("stderr", err)) if "".join(c.parts)]
+        outputs = [{"output_type": "stream", "name": name, "text": c.getvalue()}
+                   for name, c in (("stdout", out), ("stderr", err)) if c.getvalue()]
         outputs += [{"output_type": "stream", "name": "stderr", "text": note + "\n"} for note in setup_notes]
         for cell in nb["cells"]:
             if cell["role"] == "setup":
@@ -371,7 +321,11 @@ def _notebook(nb: dict, plan: dict, write_fd: int, folder: str, sealed_fd: int) 
         run_full(later, names, emit, cell_timeout=float(plan.get("cell_timeout", 60)),
                  notebook_timeout=float(plan.get("notebook_timeout", 180)),
                  max_lines=int(plan.get("max_output_lines", 1000)), light=plan.get("full_run") == "light")
-        _stop_leftovers()
+        # end what the full run left running (busy children would slow the judge's cases): only inside the
+        # sandbox's pid namespace, whose pid 1 is the session; elsewhere pid 1 is the machine's init, and
+        # kill(-1) would reach every process of this user
+        if os.getppid() == 1 and _IN_NAMESPACE:
+            process.kill_namespace()
         if sealed_fd >= 0:
             judge.update(process.read_sealed(sealed_fd))
         setup_notes += probe.run_trusted(given, names)
@@ -430,16 +384,12 @@ def run_session(plan: dict, emit) -> None:
     started = time.monotonic()
     base = os.getcwd()
     for name in session_imports(nb["stem"] for nb in plan["notebooks"]):
-        try:
+        with contextlib.suppress(Exception):   # an optional library (transformers on a minimal install)
             __import__(name)
-        except Exception:  # noqa: BLE001 - an optional library (transformers on a minimal install)
-            pass
     process.ignore_signals()   # the libraries' own handlers (a handler would let a signal reach pid 1)
     threads = int(plan.get("threads") or 1)
-    try:
+    with contextlib.suppress(Exception):
         sys.modules["torch"].set_num_threads(max(1, threads))   # imported above (PREIMPORT)
-    except Exception:  # noqa: BLE001
-        pass
     emit({"kind": "ready", "seconds": round(time.monotonic() - started, 3)})   # the imports, once per student
     per_notebook = (float(plan.get("notebook_timeout", 180)) + float(plan.get("judge_budget", 120))
                     + float(plan.get("setup_seconds", 120)))
