@@ -351,13 +351,12 @@ def test_the_cli_tests_run_beside_others_assert_no_time_and_grade_no_class():
 # The core is grader/ without its optional operations (grader/extras/) and the per-notebook tables it loads
 # (checks/, probes/, mutants/): the trust core (sandbox, judge, page safety), the batch and its steps.
 NOT_CORE = ("extras", "checks", "probes", "mutants")
-#: The most lines the core may hold. The issue's aim is 8,000; this is where it stands now (a ratchet:
-#: lower it when code leaves the core; raised once, from 9,078 to 9,304, for the tiers' word and rule-share
-#: report (issue #50) and the bundle's Colab links and quiet setup cells (issue #53), merged the same day;
-#: 9,007 once grader/audit.py became one rule table, 1,070 -> 649 lines).
-CORE_MAX_LINES = 9007
+#: The most lines the core may hold: the issue's aim, 8,000, and below it where the core stands now (a ratchet:
+#: lower it when code leaves the core, raise it only with a reason written here).
+CORE_AIM_LINES = 8000
+CORE_MAX_LINES = 7761
 #: The most imports inside functions outside grader/__main__.py (whose verbs import what each needs): the
-#: issue's aim (13 today). An import stays inside a function only for a heavy library a light verb must not
+#: issue's aim (12 today). An import stays inside a function only for a heavy library a light verb must not
 #: pay for (nbgrader.api, torch, torchvision, transformers).
 FUNCTION_IMPORTS_MAX = 15
 #: Core modules that reach into grader/extras/, and why: the command line runs every verb; collect reads
@@ -615,7 +614,7 @@ def test_the_core_reads_alone():
 def test_the_core_stays_within_its_ratchets():
     imports, lines = len(function_imports()), core_lines()
     assert imports <= FUNCTION_IMPORTS_MAX, f"{imports} imports inside functions (at most {FUNCTION_IMPORTS_MAX})"
-    assert lines <= CORE_MAX_LINES, f"the core holds {lines} lines (at most {CORE_MAX_LINES})"
+    assert lines <= min(CORE_MAX_LINES, CORE_AIM_LINES), f"the core holds {lines} lines (at most {CORE_MAX_LINES})"
 
 
 def planted_tree(tmp_path: Path, files: dict[str, str]) -> Path:
