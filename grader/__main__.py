@@ -88,7 +88,7 @@ def cmd_bundle(args) -> int:
     url, colab = bundle_urls(config, args.pack_url, args.colab_url)
     print(f"bundle: {folder} ({len(files)} files; checked: no solution block in any file)")
     print(f"zip:    {archive} ({archive.stat().st_size / 1e6:.1f} MB)")
-    print(f"pack URL in every setup cell: {url or '(none: set pack_url in grader/extras/bundle.toml or pass --pack-url)'}")
+    print(f"pack URL in every setup cell: {url or '(none: pack_url in grader/extras/bundle.toml, or --pack-url)'}")
     print(f"Open in Colab links in the student README: {colab or '(none: pass --colab-url https://github.com/ORG/REPO/blob/BRANCH)'}")
     print(f"lecturer's notes (where to publish what): {archive.parent / 'LECTURER.md'}")
     return 0
@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("release", help="regenerate notebooks/ex01 from solutions/ex01")
     p = sub.add_parser("bundle", help="write the student bundle (folder and zip) under build/bundle")
     p.add_argument("--out", help="output folder (default build/bundle)")
-    p.add_argument("--pack-url", help="URL (or local path) of the zip for Colab setup cells (default: grader/extras/bundle.toml)")
+    p.add_argument("--pack-url", help="URL or path of the zip for setup cells (default: grader/extras/bundle.toml)")
     p.add_argument("--colab-url", help="https://github.com/ORG/REPO/blob/BRANCH where you publish the bundle's folder "
                                        "and zip: Open in Colab links in its README, and the zip's link in the setup "
                                        "cells when no pack URL is set (default: grader/extras/bundle.toml)")

@@ -611,7 +611,8 @@ def test_the_bundle_names_only_files_it_ships(built, tmp_path):
     assert absent_paths(folder) == []
     planted = tmp_path / "planted"
     shutil.copytree(folder, planted)
-    (planted / "data" / "NOTES.md").write_text("See grader/extras/bundle.toml, `tests/test_x.py` and utils/device.py.\n")
+    (planted / "data" / "NOTES.md").write_text(
+        "See grader/extras/bundle.toml, `tests/test_x.py` and utils/device.py.\n")
     assert absent_paths(planted) == ["data/NOTES.md: grader/extras/bundle.toml", "data/NOTES.md: tests/test_x.py"]
 
 

@@ -149,7 +149,8 @@ def test_a_setup_cell_prints_at_most_three_lines(notebook, tmp_path):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     printed = (proc.stdout + proc.stderr).strip().splitlines()
     assert len(printed) <= SETUP_LINES, (f"{notebook}'s setup cell printed {len(printed)} lines, at most {SETUP_LINES} "
-                                         "(rewrite it: python -m grader.extras.bundle --rewrite-setup):\n" + "\n".join(printed))
+                                         "(rewrite it: python -m grader.extras.bundle --rewrite-setup):\n"
+                                         + "\n".join(printed))
     assert printed[0].startswith("Preset: smoke (set in the parameters cell; its ") and "print(cfg)" in printed[0], printed
     assert not any("namespace(" in line for line in printed), printed
 

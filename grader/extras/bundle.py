@@ -336,9 +336,10 @@ def _lecturer_notes(folder: Path, archive: Path, url: str, colab: str, links: li
                   f"repository, copy both in, commit, push). The student README lists these links:", ""]
         lines += [f"- [{Path(link).name}]({link})" for link in links]
     else:
-        lines += ["No \"Open in Colab\" links: `python -m grader bundle --colab-url https://github.com/ORG/REPO/blob/BRANCH` "
-                  "(or `colab_url` in `grader/extras/bundle.toml`), where you publish this folder and its zip, writes one per "
-                  "notebook into the student README (and the zip's link into the setup cells when no pack URL is set)."]
+        lines += ["No \"Open in Colab\" links: `python -m grader bundle --colab-url "
+                  "https://github.com/ORG/REPO/blob/BRANCH` (or `colab_url` in `grader/extras/bundle.toml`), where you "
+                  "publish this folder and its zip, writes one per notebook into the student README (and the zip's "
+                  "link into the setup cells when no pack URL is set)."]
     return "\n".join(lines) + "\n"
 
 
