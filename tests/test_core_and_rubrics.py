@@ -17,6 +17,7 @@ from grader.extras.bundle import solution_blocks
 from grader.course import Course
 from grader.extras.export import gradebook_rows
 from grader.pageclean import sanitise
+from utils.notebook_cells import rubric_cells
 
 ALL_SOURCES = sorted(SOLUTIONS.glob("*.ipynb"))
 
@@ -184,7 +185,7 @@ def test_the_rubric_check_can_fail():
 
 def test_rubrics_never_reach_students():
     """Not in the release, not in the feedback page's source, and the bundle's leak check knows them."""
-    rubric_text = [t for path in ALL_SOURCES for t in tiers.rubric_cells(path).values()]
+    rubric_text = [t for path in ALL_SOURCES for t in rubric_cells(path).values()]
     assert rubric_text, "no rubric cells in the source notebooks"
     for nb in RELEASE.glob("*.ipynb"):
         cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
@@ -201,7 +202,7 @@ def test_autograde_puts_each_rubric_under_its_answer(tmp_path):
     from grader.steps import StepContext, insert_rubrics
 
     source = SOLUTIONS / "task1_infonce.ipynb"
-    rubrics = tiers.rubric_cells(source)
+    rubrics = rubric_cells(source)
     release = json.loads((RELEASE / "task1_infonce.ipynb").read_text(encoding="utf-8"))
     release["cells"].insert(0, _tag(md("**Rubric: `answer_a` (99 points)** a student's fake"), "rubric"))
     cells = insert_rubrics(release, StepContext(source=source))["cells"]

@@ -118,8 +118,9 @@ def short_failure(cell, cell_index: int, **_) -> None:
     cell's whole source and traceback (about 180 lines on a half-done notebook). Set as nbclient's
     ``c.Execute.on_cell_error`` hook (in the course's and the bundle's nbgrader configuration), this makes
     a failing graded cell, in the copy nbgrader validates in memory, its label (:func:`_label_in_folder`)
-    and one error line: the line ``./pack.sh validate`` prints. Only under nbgrader's validation, and only for a cell as released
-    (its checksum matching; an edited cell stays as it is, for nbgrader to report as changed)."""
+    and one error line: the line ``./pack.sh validate`` prints. Only under nbgrader's validation, and only
+    for a cell as released (its checksum matching; an edited cell stays as it is, for nbgrader to report as
+    changed)."""
     from nbgrader.utils import compute_checksum, is_grade
 
     meta = nbgrader_meta(cell)

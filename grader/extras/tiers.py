@@ -34,7 +34,7 @@ from grader.cases import RULE_CHECKS, rule_check
 from grader.judge import CASE_KINDS, case_kind, function_of, load_cases, main_cases, value_gates
 from .. import ROOT
 from utils.notebook_cells import EXTENSION_TAG, RUBRIC_TAG, cell_source, is_extension, is_rubric, \
-    is_written_answer, nbgrader_meta, notebook_cells, rubric_cells  # noqa: F401 - re-exported
+    is_written_answer, nbgrader_meta, notebook_cells  # noqa: F401 - EXTENSION_TAG: re-exported
 
 MAX_CORE_LINES = 150
 MAX_CORE_WRITTEN = 11
